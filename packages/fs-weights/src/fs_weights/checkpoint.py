@@ -1,0 +1,158 @@
+"""A checkpoint: one or more safetensors files behind one name -> tensor map, read lazily.
+
+``Checkpoint.open`` accepts a model directory, a single ``.safetensors`` file or a sharded
+``model.safetensors.index.json``. Headers are parsed up front (cheap); bytes are mapped on first access, so
+reading one layer of a multi-GB checkpoint touches only that layer's pages.
+"""
+
+import json
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .dtypes import FLOATS, to_float32
+from .errors import ConfigError, SafetensorsError, WeightsError
+from .quantize import dequantize as _dequantize
+from .safetensors import SafetensorsFile, TensorInfo
+
+INDEX = "model.safetensors.index.json"
+
+
+class Checkpoint:
+    def __init__(self, files: list[SafetensorsFile], source: Path, quantization: dict[str, Any] | None = None):
+        self.source = source
+        self.files = files
+        self.quantization = quantization
+        self._where: dict[str, SafetensorsFile] = {}
+        for f in files:
+            for name in f.tensors:
+                if name in self._where:
+                    raise SafetensorsError(f"tensor {name!r} appears in both {self._where[name].path} and {f.path}")
+                self._where[name] = f
+
+    @classmethod
+    def open(cls, path: str | os.PathLike[str]) -> "Checkpoint":
+        p = Path(path)
+        if not p.exists():
+            raise WeightsError(f"{p}: no such file or directory")
+        quant = _quantization(p.parent if p.is_file() else p)
+        if p.is_dir():
+            if (p / INDEX).exists():
+                return cls(_shards(p / INDEX), p, quant)
+            found = sorted(p.glob("*.safetensors"))
+            if not found:
+                raise WeightsError(f"{p}: no *.safetensors files and no {INDEX}")
+            return cls([SafetensorsFile(f) for f in found], p, quant)
+        if p.name.endswith(".json"):
+            return cls(_shards(p), p, quant)
+        return cls([SafetensorsFile(p)], p, quant)
+
+    def __enter__(self) -> "Checkpoint":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Drop the mappings; arrays already handed out keep theirs alive until they are freed."""
+        for f in self.files:
+            f._map = None
+
+    def names(self) -> list[str]:
+        return sorted(self._where, key=natural_key)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._where
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names())
+
+    def __len__(self) -> int:
+        return len(self._where)
+
+    def info(self, name: str) -> TensorInfo:
+        return self._file(name).tensors[name]
+
+    def raw(self, name: str) -> np.ndarray:
+        """The stored array without conversion (read-only, mmap-backed; BF16 as uint16 bits)."""
+        return self._file(name).raw(name)
+
+    def get(self, name: str, dtype: Any = np.float32, *, dequantize: bool = False) -> np.ndarray:
+        """Float tensors as ``dtype`` (float32 by default; ``None`` returns the stored array). Integer
+        tensors are returned as stored. ``dequantize=True`` on a quantized ``.weight`` returns the float
+        weight from its ``.weight``/``.scales``/``.biases`` triple."""
+        if dequantize and self.is_quantized(name):
+            bits, group = self.quant_params(name)
+            base = name.removesuffix(".weight")
+            w = _dequantize(
+                self.raw(name), self.get(base + ".scales"), self.get(base + ".biases"), bits=bits, group_size=group
+            )
+            return w if dtype is None else w.astype(dtype, copy=False)
+        info, arr = self.info(name), self.raw(name)
+        if dtype is None or info.dtype not in FLOATS:
+            return arr
+        return to_float32(arr, info.dtype).astype(dtype, copy=False)
+
+    def is_quantized(self, name: str) -> bool:
+        return name.endswith(".weight") and name.removesuffix(".weight") + ".scales" in self._where
+
+    def quant_params(self, name: str) -> tuple[int, int]:
+        """(bits, group_size) for quantized ``name``, honouring mlx's per-module overrides in config."""
+        q = self.quantization
+        if not q:
+            raise WeightsError(f"tensor {name!r} has .scales but config.json has no 'quantization' entry")
+        own = q.get(name.removesuffix(".weight"))
+        q = own if isinstance(own, dict) else q
+        return int(q["bits"]), int(q["group_size"])
+
+    def _file(self, name: str) -> SafetensorsFile:
+        try:
+            return self._where[name]
+        except KeyError:
+            raise WeightsError(f"{self.source}: no tensor named {name!r}") from None
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.nbytes for f in self.files for t in f.tensors.values())
+
+
+def _shards(index: Path) -> list[SafetensorsFile]:
+    try:
+        data = json.loads(index.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise SafetensorsError(f"{index}: not a readable JSON index: {e}") from None
+    wmap = data.get("weight_map") if isinstance(data, dict) else None
+    if not isinstance(wmap, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in wmap.items()):
+        raise SafetensorsError(f"{index}: 'weight_map' must be an object of tensor name to shard file name")
+    files: dict[str, SafetensorsFile] = {}
+    for name, shard in wmap.items():
+        shard_path = index.parent / shard
+        if Path(shard).name != shard:
+            raise SafetensorsError(f"{index}: shard {shard!r} for tensor {name!r} is not a plain file name")
+        if shard not in files:
+            if not shard_path.exists():
+                raise SafetensorsError(f"{index}: shard {shard!r} (holding tensor {name!r}) does not exist")
+            files[shard] = SafetensorsFile(shard_path)
+        if name not in files[shard]:
+            raise SafetensorsError(f"{index}: names tensor {name!r} in shard {shard!r}, which has no such tensor")
+    return list(files.values())
+
+
+def _quantization(model_dir: Path) -> dict[str, Any] | None:
+    cfg = model_dir / "config.json"
+    if not cfg.exists():
+        return None
+    try:
+        q = json.loads(cfg.read_text(encoding="utf-8")).get("quantization")
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError) as e:
+        raise ConfigError(f"{cfg}: not valid JSON: {e}") from None
+    return q if isinstance(q, dict) else None
+
+
+def natural_key(name: str) -> list[Any]:
+    """Sort ``layers.10`` after ``layers.9``."""
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]

@@ -1,0 +1,62 @@
+"""``fs-weights inspect PATH [--json]`` and ``fs-weights random OUT --preset ...``."""
+
+import argparse
+import json
+import sys
+import time
+
+from .errors import WeightsError
+from .inspect import format_table, inspect_checkpoint
+from .random_checkpoint import PRESETS, preset, write_random_checkpoint
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="fs-weights", description="Inspect and create Qwen3 checkpoints.")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("inspect", help="list tensors, totals, parameter count and the cross-check verdict")
+    p.add_argument("path", help="model directory, .safetensors file or model.safetensors.index.json")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    r = sub.add_parser("random", help="write a random-weight checkpoint in the HF layout")
+    r.add_argument("out", help="directory to create")
+    r.add_argument("--preset", choices=sorted(PRESETS), default="tiny")
+    r.add_argument("--dtype", choices=["bfloat16", "float16", "float32"], default="bfloat16")
+    r.add_argument("--quantize", type=int, choices=[4, 8], help="write the MLX affine-quantized layout")
+    r.add_argument("--group-size", type=int, default=64, choices=[32, 64, 128])
+    r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--tokenizer", help="directory whose tokenizer files are copied in")
+    r.add_argument("--max-shard-size", type=float, default=2.0, help="GiB per shard (default 2)")
+    r.add_argument("--untied", action="store_true", help="write a separate lm_head")
+    r.add_argument("--overwrite", action="store_true")
+    args = ap.parse_args(argv)
+    try:
+        if args.cmd == "inspect":
+            report = inspect_checkpoint(args.path)
+            print(json.dumps(report, indent=2) if args.json else format_table(report))
+            return 0 if report["verdict"] in ("ok",) or report["verdict"].startswith("no config") else 1
+        t0 = time.perf_counter()
+        cfg = preset(args.preset, **({"tie_word_embeddings": False} if args.untied else {}))
+        out = write_random_checkpoint(
+            args.out,
+            cfg,
+            seed=args.seed,
+            dtype=args.dtype,
+            quantize=args.quantize,
+            group_size=args.group_size,
+            tokenizer=args.tokenizer,
+            max_shard_bytes=int(args.max_shard_size * 1024**3),
+            overwrite=args.overwrite,
+        )
+        print(
+            f"wrote {args.preset} ({args.dtype}{f', {args.quantize}-bit' if args.quantize else ''}) to {out}"
+            f" in {time.perf_counter() - t0:.1f}s"
+        )
+        return 0
+    except WeightsError as e:
+        print(f"fs-weights: error: {e}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

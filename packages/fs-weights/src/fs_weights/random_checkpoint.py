@@ -1,0 +1,194 @@
+"""Random-weight Qwen3 checkpoints in the exact HF (or MLX-quantized) directory layout.
+
+Real weights cannot be downloaded everywhere, so correctness is proven on checkpoints this module writes.
+Every tensor is drawn from its own generator seeded by (seed, crc32(name)), so the values do not depend on
+sharding, dtype order or which other tensors exist.
+"""
+
+import json
+import math
+import os
+import shutil
+import tempfile
+import zlib
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .config import Qwen3Config
+from .crosscheck import expected_tensors, is_quantizable, stored_tensors
+from .dtypes import code_for, from_float32, itemsize
+from .errors import WeightsError
+from .quantize import quantize
+from .safetensors import write_safetensors
+
+PRESETS: dict[str, dict[str, Any]] = {
+    "qwen3-0.6b": dict(
+        vocab_size=151936,
+        hidden_size=1024,
+        intermediate_size=3072,
+        num_hidden_layers=28,
+        num_attention_heads=16,
+        num_key_value_heads=8,
+        head_dim=128,
+        max_position_embeddings=40960,
+        rms_norm_eps=1e-6,
+        rope_theta=1_000_000.0,
+        tie_word_embeddings=True,
+        bos_token_id=151643,
+        eos_token_id=151645,
+    ),
+    "tiny": dict(
+        vocab_size=151936,
+        hidden_size=64,
+        intermediate_size=192,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=32,
+        max_position_embeddings=4096,
+        rms_norm_eps=1e-6,
+        rope_theta=1_000_000.0,
+        tie_word_embeddings=True,
+        bos_token_id=151643,
+        eos_token_id=151645,
+    ),
+}
+GENERATION_CONFIG: dict[str, Any] = {
+    "bos_token_id": 151643,
+    "eos_token_id": [151645, 151643],
+    "pad_token_id": 151643,
+    "do_sample": True,
+    "temperature": 0.6,
+    "top_k": 20,
+    "top_p": 0.95,
+}
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt")
+DEFAULT_SHARD_BYTES = 2 * 1024**3
+
+
+def preset(name: str, **overrides: Any) -> Qwen3Config:
+    if name not in PRESETS:
+        raise WeightsError(f"unknown preset {name!r} (choose from {', '.join(PRESETS)})")
+    return Qwen3Config.from_dict(
+        {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", **PRESETS[name], **overrides},
+        source=f"preset {name}",
+    )
+
+
+def random_tensor(name: str, shape: tuple[int, ...], config: Qwen3Config, seed: int) -> np.ndarray:
+    """float32 values; the scales keep a random model's logits varied rather than degenerate."""
+    rng = np.random.default_rng([seed, zlib.crc32(name.encode())])
+    if len(shape) == 1:  # norm weights: around 1, not exactly 1, so a dropped norm is detectable
+        return (1.0 + 0.1 * rng.standard_normal(shape, dtype=np.float32)).astype(np.float32)
+    if name.endswith("embed_tokens.weight"):
+        return rng.standard_normal(shape, dtype=np.float32)
+    fan_in = shape[-1]
+    gain = 2.0 if name.endswith(("o_proj.weight", "down_proj.weight")) else 1.0
+    return rng.standard_normal(shape, dtype=np.float32) * np.float32(gain / math.sqrt(fan_in))
+
+
+def write_random_checkpoint(
+    path: str | os.PathLike[str],
+    config: Qwen3Config,
+    *,
+    seed: int = 0,
+    dtype: str = "bfloat16",
+    quantize: int | None = None,
+    group_size: int = 64,
+    tokenizer: str | os.PathLike[str] | None = None,
+    max_shard_bytes: int = DEFAULT_SHARD_BYTES,
+    overwrite: bool = False,
+) -> Path:
+    """Write a complete model directory at ``path`` (atomically: built beside it, then renamed)."""
+    out = Path(path)
+    try:
+        code = code_for(dtype)
+    except KeyError:
+        raise WeightsError(f"dtype {dtype!r} is not one of float32, float16, bfloat16") from None
+    if out.exists() and any(out.iterdir()) and not overwrite:
+        raise WeightsError(f"{out}: exists and is not empty (pass overwrite=True to replace it)")
+    cfg = config.to_dict() | {"torch_dtype": dtype}
+    if quantize:
+        cfg["quantization"] = {"group_size": group_size, "bits": quantize}
+    cfg_obj = Qwen3Config.from_dict(cfg, source=str(out / "config.json"))  # validate before any work
+    layout = {n: (s, d or code) for n, (s, d) in stored_tensors(cfg_obj, quantize, group_size).items()}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp"))
+    try:
+        _write_shards(tmp, layout, _producer(cfg_obj, seed, code, quantize, group_size), max_shard_bytes)
+        (tmp / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+        gen = GENERATION_CONFIG | {
+            "eos_token_id": sorted({*GENERATION_CONFIG["eos_token_id"], *_as_list(cfg_obj.eos_token_id)})
+        }
+        (tmp / "generation_config.json").write_text(json.dumps(gen, indent=2) + "\n")
+        if tokenizer is not None:
+            _copy_tokenizer(Path(tokenizer), tmp)
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
+def _producer(c: Qwen3Config, seed: int, code: str, bits: int | None, group: int):
+    logical = expected_tensors(c)
+    cached: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+
+    def produce(name: str) -> np.ndarray:
+        if name in logical and not (bits and is_quantizable(name, logical[name])):
+            return from_float32(random_tensor(name, logical[name], c, seed), code)
+        base = name.rsplit(".", 1)[0]
+        if base not in cached:  # weight, scales and biases are written next to each other
+            cached.clear()
+            cached[base] = quantize(
+                random_tensor(base + ".weight", logical[base + ".weight"], c, seed), bits=bits or 0, group_size=group
+            )
+        packed, scales, biases = cached[base]
+        return {"weight": packed, "scales": from_float32(scales, code), "biases": from_float32(biases, code)}[
+            name.rsplit(".", 1)[1]
+        ]
+
+    return produce
+
+
+def _write_shards(out: Path, layout: dict[str, tuple[tuple[int, ...], str]], produce, max_bytes: int) -> None:
+    shards: list[dict[str, tuple[tuple[int, ...], str]]] = [{}]
+    size = 0
+    for name, (shape, code) in layout.items():
+        nbytes = math.prod(shape) * itemsize(code)
+        if shards[-1] and size + nbytes > max_bytes:
+            shards.append({})
+            size = 0
+        shards[-1][name] = (shape, code)
+        size += nbytes
+    meta = {"format": "pt"}
+    if len(shards) == 1:
+        write_safetensors(out / "model.safetensors", shards[0], produce, meta)
+        return
+    weight_map, total = {}, 0
+    for k, shard in enumerate(shards, 1):
+        fname = f"model-{k:05d}-of-{len(shards):05d}.safetensors"
+        write_safetensors(out / fname, shard, produce, meta)
+        for name, (shape, code) in shard.items():
+            weight_map[name] = fname
+            total += math.prod(shape) * itemsize(code)
+    index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+    (out / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
+
+
+def _copy_tokenizer(src: Path, dst: Path) -> None:
+    if src.is_file():
+        src = src.parent
+    if not (src / "tokenizer.json").exists():
+        raise WeightsError(f"{src}: no tokenizer.json to copy into the checkpoint")
+    for f in TOKENIZER_FILES:
+        if (src / f).exists():
+            shutil.copyfile(src / f, dst / f)
+
+
+def _as_list(v: int | list[int] | None) -> list[int]:
+    return [] if v is None else v if isinstance(v, list) else [v]
