@@ -161,12 +161,13 @@ def publish_local(session: nox.Session) -> None:
                 break
             except OSError:
                 time.sleep(0.1)
-        files = sorted(str(f) for p in PACKAGES for f in (ROOT / "dist" / p).iterdir())
+        files = sorted(str(f) for p in PACKAGES for f in (ROOT / "dist" / p).iterdir() if f.suffix in (".whl", ".gz"))
         session.run("uv", "publish", "--publish-url", f"{url}/", "-u", "fs", "-p", "fs", *files, external=True)
         venv = Path(tempfile.mkdtemp(prefix="fs-from-index-"))
         session.run("uv", "venv", "-q", str(venv), external=True)
         py = str(venv / "bin" / "python")
-        index = ["--index", f"local={url}/simple", "--index-strategy", "unsafe-best-match"]
+        # first-index strategy: fs-* must come from the local index, third-party packages from PyPI
+        index = ["--index", f"local={url}/simple"]
         session.run("uv", "pip", "install", "--python", py, *index, "fs-weights", external=True)
         session.run("uv", "pip", "install", "--python", py, *index, "fs-generate", external=True)
         session.run(py, "-c", CHECK_FROM_INDEX, external=True)
