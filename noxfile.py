@@ -24,7 +24,7 @@ PACKAGES = ["fs-tokenizer", "fs-weights", "fs-kvcache", "fs-model", "fs-generate
 APPLE_SILICON = platform.system() == "Darwin" and platform.machine() == "arm64"
 QUICK = "not parity and not slow and not metal"
 # Skeletons whose issue has not landed yet: pytest's "no tests collected" (exit 5) is allowed for them alone.
-NOT_YET_IMPLEMENTED = {"fs-tokenizer", "fs-kvcache", "fs-model", "fs-generate", "fs-agent"}
+NOT_YET_IMPLEMENTED = {"fs-kvcache", "fs-model", "fs-generate", "fs-agent"}
 ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
 
 
@@ -45,10 +45,16 @@ def pytest(session: nox.Session, *args: str, allow_empty: bool = False, **env: s
     )
 
 
+def test_dirs() -> list[str]:
+    return [f"packages/{p}/tests" for p in PACKAGES if (ROOT / "packages" / p / "tests").is_dir()]
+
+
 @nox.session(tags=["tests"])
 @nox.parametrize("package", [nox.param(p, id=p, tags=[p]) for p in PACKAGES])
 def tests(session: nox.Session, package: str) -> None:
     """One package's tests in an environment holding only it, its dependencies and the test tools."""
+    if package in NOT_YET_IMPLEMENTED and not (ROOT / "packages" / package / "tests").is_dir():
+        session.skip(f"{package} is a skeleton without tests yet (see NOT_YET_IMPLEMENTED)")
     sync(session, "--package", package, "--group", "test")
     pytest(session, f"packages/{package}/tests", "-m", QUICK, allow_empty=package in NOT_YET_IMPLEMENTED)
 
@@ -59,7 +65,7 @@ def parity(session: nox.Session) -> None:
     sync(session, "--all-packages", "--all-extras", "--group", "test", "--group", "parity")
     pytest(
         session,
-        *[f"packages/{p}/tests" for p in PACKAGES],
+        *test_dirs(),
         "-m",
         "parity and not slow and not metal",
         FS_REQUIRE_REFERENCE="1",
@@ -70,7 +76,7 @@ def parity(session: nox.Session) -> None:
 def slow(session: nox.Session) -> None:
     """Real Qwen3-0.6B shapes (minutes, GBs of disk)."""
     sync(session, "--all-packages", "--all-extras", "--group", "test", "--group", "parity")
-    pytest(session, *[f"packages/{p}/tests" for p in PACKAGES], "-m", "slow and not metal", FS_REQUIRE_REFERENCE="1")
+    pytest(session, *test_dirs(), "-m", "slow and not metal", FS_REQUIRE_REFERENCE="1")
 
 
 @nox.session(default=APPLE_SILICON, tags=["metal"])
@@ -90,7 +96,7 @@ def metal(session: nox.Session) -> None:
     )
     pytest(
         session,
-        *[f"packages/{p}/tests" for p in PACKAGES],
+        *test_dirs(),
         "-m",
         "metal or parity",
         FS_MLX_DEVICE="gpu",
