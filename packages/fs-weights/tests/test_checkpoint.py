@@ -166,3 +166,15 @@ def test_writer_refuses_to_clobber_and_leaves_nothing_on_failure(tmp_path, tiny)
         write_random_checkpoint(tmp_path / "n", tiny, dtype="int8")
     write_random_checkpoint(d, tiny, seed=1, overwrite=True)
     assert set(Checkpoint.open(d).names()) == set(expected_tensors(tiny))
+
+
+def test_written_files_get_ordinary_permissions(tmp_path, tiny):
+    import os
+
+    old = os.umask(0o022)
+    try:
+        d = write_random_checkpoint(tmp_path / "m", tiny)
+    finally:
+        os.umask(old)
+    assert d.stat().st_mode & 0o777 == 0o755
+    assert (d / "model.safetensors").stat().st_mode & 0o777 == 0o644

@@ -21,7 +21,7 @@ from .crosscheck import expected_tensors, is_quantizable, stored_tensors
 from .dtypes import code_for, from_float32, itemsize
 from .errors import WeightsError
 from .quantize import quantize
-from .safetensors import write_safetensors
+from .safetensors import current_umask, write_safetensors
 
 PRESETS: dict[str, dict[str, Any]] = {
     "qwen3-0.6b": dict(
@@ -125,6 +125,7 @@ def write_random_checkpoint(
         (tmp / "generation_config.json").write_text(json.dumps(gen, indent=2) + "\n")
         if tokenizer is not None:
             _copy_tokenizer(Path(tokenizer), tmp)
+        os.chmod(tmp, 0o777 & ~current_umask())
         if out.exists():
             shutil.rmtree(out)
         os.replace(tmp, out)

@@ -192,10 +192,17 @@ def write_safetensors(
                 if arr.shape != tuple(shape):
                     raise SafetensorsError(f"{path}: tensor {name!r} produced shape {arr.shape}, expected {shape}")
                 arr.tofile(f)
+        os.chmod(tmp, 0o666 & ~current_umask())  # mkstemp creates 0600; a checkpoint is ordinary data
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def current_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def _code(name: str, arr: np.ndarray) -> str:

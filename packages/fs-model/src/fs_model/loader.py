@@ -1,0 +1,62 @@
+"""``load_model``: config -> cross-check -> supported? -> weights -> backend. Every refusal happens before compute."""
+
+import os
+from pathlib import Path
+
+import numpy as np
+
+from fs_weights import Checkpoint, Qwen3Config, WeightsError, cross_check, load_config
+
+from .errors import ModelError
+from .model import Model
+
+BACKENDS = ("numpy", "mlx")
+
+
+def check_supported(c: Qwen3Config) -> None:
+    """Refuse configs whose math this implementation does not do, naming the key."""
+    if c.rope_scaling:
+        raise ModelError(f"{c.source}: rope_scaling {c.rope_scaling!r} is not implemented")
+    if c.use_sliding_window:
+        raise ModelError(f"{c.source}: use_sliding_window=true is not implemented")
+    if c.attention_bias:
+        raise ModelError(f"{c.source}: attention_bias=true is not part of Qwen3 and is not implemented")
+    if c.hidden_act != "silu":
+        raise ModelError(f"{c.source}: hidden_act {c.hidden_act!r} is not implemented (only silu)")
+    if c.dim_head % 2:
+        raise ModelError(f"{c.source}: head_dim {c.dim_head} must be even for rotary embedding")
+    for key in ("num_experts", "moe_intermediate_size"):
+        if key in c.extra:
+            raise ModelError(f"{c.source}: {key!r} present: mixture-of-experts checkpoints are not supported")
+
+
+def load_model(path: str | os.PathLike[str], *, backend: str = "numpy", dtype: str | None = None) -> Model:
+    """``path`` is a model directory. ``dtype``: numpy computes in float32 (only "float32" accepted);
+    MLX defaults to the checkpoint's dtype and accepts "float32", "bfloat16", "float16"."""
+    p = Path(path)
+    if backend not in BACKENDS:
+        raise ModelError(f"unknown backend {backend!r} (choose from {', '.join(BACKENDS)})")
+    if not p.is_dir():
+        raise ModelError(f"{p}: not a model directory")
+    try:
+        config = load_config(p)
+        check_supported(config)
+        ckpt = Checkpoint.open(p)
+        cross_check(config, ckpt, strict=True)
+    except WeightsError as e:
+        raise ModelError(str(e)) from None
+    if backend == "numpy":
+        if dtype not in (None, "float32"):
+            raise ModelError(f"the numpy backend computes in float32; dtype={dtype!r} is not available")
+        from .numpy import NumpyModel
+
+        weights = {n: _float32(ckpt, n) for n in ckpt.names() if not n.endswith((".scales", ".biases"))}
+        return NumpyModel(config, weights, str(p))
+    from .mlx import MlxModel
+
+    return MlxModel.from_checkpoint(config, ckpt, dtype, str(p))
+
+
+def _float32(ckpt: Checkpoint, name: str) -> np.ndarray:
+    """Weights as contiguous float32 in memory (quantized ones dequantized once, at load)."""
+    return np.ascontiguousarray(ckpt.get(name, np.float32, dequantize=True))

@@ -1,0 +1,166 @@
+"""The MLX backend: the same Qwen3 graph on ``mx.fast`` kernels (rms_norm, rope, scaled_dot_product_attention),
+on whatever device MLX has (Metal on Apple silicon, CPU or CUDA on Linux). Quantized checkpoints stay quantized:
+``mx.quantized_matmul`` on the packed weights, no dequantized copy.
+"""
+
+from collections.abc import Sequence
+from typing import Any
+
+import mlx.core as mx
+import numpy as np
+
+from fs_weights import Checkpoint, Qwen3Config
+
+from ..errors import ModelError
+from ..model import Model
+
+DTYPES = {"float32": mx.float32, "bfloat16": mx.bfloat16, "float16": mx.float16}
+
+
+class Linear:
+    """``x @ Wᵀ`` for a dense or an MLX-affine-quantized weight ``[out, in]``."""
+
+    def __init__(
+        self,
+        w: mx.array,
+        scales: mx.array | None = None,
+        biases: mx.array | None = None,
+        bits: int = 0,
+        group_size: int = 0,
+    ):
+        self.w, self.scales, self.biases, self.bits, self.group_size = w, scales, biases, bits, group_size
+
+    def __call__(self, x: mx.array) -> mx.array:
+        if self.scales is None:
+            return x @ self.w.T
+        return mx.quantized_matmul(
+            x, self.w, self.scales, self.biases, transpose=True, group_size=self.group_size, bits=self.bits
+        )
+
+    def rows(self, ids: mx.array) -> mx.array:
+        """Embedding lookup: rows of the (dequantized) weight."""
+        if self.scales is None or self.biases is None:
+            return self.w[ids]
+        return mx.dequantize(
+            self.w[ids], self.scales[ids], self.biases[ids], group_size=self.group_size, bits=self.bits
+        )
+
+
+class Block:
+    def __init__(self, w: dict[str, Any], c: Qwen3Config):
+        self.w, self.nh, self.nkv, self.D, self.eps = (
+            w,
+            c.num_attention_heads,
+            c.num_key_value_heads,
+            c.dim_head,
+            c.rms_norm_eps,
+        )
+        self.theta, self.scale = c.rope_theta, c.dim_head**-0.5
+
+    def attention(self, x: mx.array, offset: int, cache: Any) -> mx.array:
+        B, S, _ = x.shape
+        w = self.w
+        q = mx.fast.rms_norm(w["q_proj"](x).reshape(B, S, self.nh, self.D), w["q_norm"], self.eps)
+        k = mx.fast.rms_norm(w["k_proj"](x).reshape(B, S, self.nkv, self.D), w["k_norm"], self.eps)
+        v = w["v_proj"](x).reshape(B, S, self.nkv, self.D)
+        q, k, v = (t.transpose(0, 2, 1, 3) for t in (q, k, v))
+        q = mx.fast.rope(q, self.D, traditional=False, base=self.theta, scale=1.0, offset=offset)
+        k = mx.fast.rope(k, self.D, traditional=False, base=self.theta, scale=1.0, offset=offset)
+        if cache is not None:
+            k, v = cache.update_and_fetch(k, v)
+        out = mx.fast.scaled_dot_product_attention(q, k, v, scale=self.scale, mask="causal" if S > 1 else None)
+        return w["o_proj"](out.transpose(0, 2, 1, 3).reshape(B, S, self.nh * self.D))
+
+    def __call__(self, x: mx.array, offset: int, cache: Any) -> mx.array:
+        w = self.w
+        x = x + self.attention(mx.fast.rms_norm(x, w["input_layernorm"], self.eps), offset, cache)
+        h = mx.fast.rms_norm(x, w["post_attention_layernorm"], self.eps)
+        return x + w["down_proj"](nn_silu(w["gate_proj"](h)) * w["up_proj"](h))
+
+
+def nn_silu(z: mx.array) -> mx.array:
+    return z * mx.sigmoid(z)
+
+
+class MlxModel(Model):
+    backend = "mlx"
+
+    def __init__(self, config: Qwen3Config, weights: dict[str, Any], dtype: mx.Dtype, path: str = "<memory>"):
+        super().__init__(config, path)
+        self.dtype = dtype
+        self.embed = weights["model.embed_tokens"]
+        self.lm_head = self.embed if config.tie_word_embeddings else weights["lm_head"]
+        self.norm = weights["model.norm"]
+        self.blocks = []
+        for i in range(config.num_hidden_layers):
+            p = f"model.layers.{i}."
+            self.blocks.append(
+                Block({k.removeprefix(p).split(".")[-1]: v for k, v in weights.items() if k.startswith(p)}, config)
+            )
+
+    @classmethod
+    def from_checkpoint(cls, config: Qwen3Config, ckpt: Checkpoint, dtype: str | None, path: str) -> "MlxModel":
+        name = dtype or _stored_dtype(ckpt)
+        if name not in DTYPES:
+            raise ModelError(f"dtype {name!r} is not available on the MLX backend (choose from {', '.join(DTYPES)})")
+        dt = DTYPES[name]
+        weights: dict[str, Any] = {}
+        for n in ckpt.names():
+            if n.endswith((".scales", ".biases")):
+                continue
+            base = n.removesuffix(".weight")
+            if ckpt.is_quantized(n):
+                bits, group = ckpt.quant_params(n)
+                weights[base] = Linear(
+                    mx.array(np.asarray(ckpt.raw(n))),
+                    _to_mx(ckpt, base + ".scales", dt),
+                    _to_mx(ckpt, base + ".biases", dt),
+                    bits,
+                    group,
+                )
+            elif len(ckpt.info(n).shape) == 2:
+                weights[base] = Linear(_to_mx(ckpt, n, dt))
+            else:
+                weights[base] = _to_mx(ckpt, n, dt)
+        mx.eval([v.w if isinstance(v, Linear) else v for v in weights.values()])
+        return cls(config, weights, dt, path)
+
+    def _batch(self, ids: list[int]) -> Any:
+        return mx.array([ids], dtype=mx.int32)
+
+    def _to_numpy(self, x: Any) -> Any:
+        if isinstance(x, mx.array):
+            return np.array(x.astype(mx.float32) if x.dtype == mx.bfloat16 else x)
+        return x
+
+    def _run(
+        self, tokens: Any, offset: int, caches: Sequence[Any] | None, keep: int | None, trace: dict[str, Any] | None
+    ) -> mx.array:
+        tokens = tokens if isinstance(tokens, mx.array) else mx.array(np.asarray(tokens), dtype=mx.int32)
+        x = self.embed.rows(tokens).astype(self.dtype)
+        if trace is not None:
+            trace["embedding"] = x
+        for i, block in enumerate(self.blocks):
+            x = block(x, int(offset), caches[i] if caches is not None else None)
+            if trace is not None:
+                trace[f"block.{i}"] = x
+        if keep is not None:
+            x = x[:, -keep:]
+        x = mx.fast.rms_norm(x, self.norm, self.config.rms_norm_eps)
+        logits = self.lm_head(x)
+        if trace is not None:
+            trace["final_norm"], trace["logits"] = x, logits
+        return logits
+
+
+def _to_mx(ckpt: Checkpoint, name: str, dt: mx.Dtype) -> mx.array:
+    info = ckpt.info(name)
+    raw = np.asarray(ckpt.raw(name))
+    if info.dtype == "BF16":
+        return mx.array(raw).view(mx.bfloat16).astype(dt)
+    return mx.array(raw).astype(dt)
+
+
+def _stored_dtype(ckpt: Checkpoint) -> str:
+    codes = {ckpt.info(n).dtype for n in ckpt.names()} - {"U32"}
+    return {"BF16": "bfloat16", "F16": "float16"}.get(codes.pop(), "float32") if len(codes) == 1 else "float32"

@@ -1,0 +1,117 @@
+"""What every backend shares: the call contract, input validation and cache construction.
+
+``model(tokens [B, S], offset, caches, logits_to_keep=None) -> logits [B, S', V]`` (mlx-lm / tiny-llm style)
+and ``model.forward(ids [S], cache=None) -> logits [S, V]``. Inputs are checked here, before any compute.
+"""
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from fs_kvcache import DenseKVCache
+from fs_weights import Qwen3Config
+
+from .errors import ModelError
+
+TRACE_POINTS = ("embedding", "block.{i}", "final_norm", "logits")
+
+
+class Model:
+    backend = "base"
+
+    def __init__(self, config: Qwen3Config, path: str = "<memory>"):
+        self.config = config
+        self.path = path
+        self.n_layers = config.num_hidden_layers
+
+    # --- the contract ---------------------------------------------------------------------------------------
+
+    def __call__(
+        self, tokens: Any, offset: int = 0, caches: Sequence[Any] | None = None, logits_to_keep: int | None = None
+    ) -> Any:
+        self._check(tokens, offset, caches, logits_to_keep)
+        return self._run(tokens, offset, caches, logits_to_keep, None)
+
+    def forward(self, token_ids: Any, cache: Sequence[Any] | None = None) -> Any:
+        """Logits ``[S, V]`` for the new tokens at positions ``cache.offset ...`` (0 without a cache)."""
+        ids = self._as_ids(token_ids)
+        offset = 0 if not cache else int(cache[0].offset)
+        return self(self._batch(ids), offset, cache)[0]
+
+    def trace(self, token_ids: Any) -> dict[str, np.ndarray]:
+        """Named float32 activations: ``embedding [S,H]``, ``block.{i} [S,H]``, ``final_norm [S,H]``,
+        ``logits [S,V]`` (batch axis dropped)."""
+        ids = self._as_ids(token_ids)
+        tokens = self._batch(ids)
+        self._check(tokens, 0, None, None)
+        out: dict[str, Any] = {}
+        self._run(tokens, 0, None, None, out)
+        return {k: np.asarray(self._to_numpy(v))[0] for k, v in out.items()}
+
+    def make_cache(self, kind: str = "dense", **kw: Any) -> list[Any]:
+        if kind == "dense":
+            return [DenseKVCache() for _ in range(self.n_layers)]
+        raise ModelError(f"unknown cache kind {kind!r} (available: 'dense')")
+
+    @property
+    def vocab_size(self) -> int:
+        return self.config.vocab_size
+
+    # --- validation -----------------------------------------------------------------------------------------
+
+    def _as_ids(self, token_ids: Any) -> list[int]:
+        if isinstance(token_ids, (str, bytes)):
+            raise ModelError(f"token ids must be integers, got {type(token_ids).__name__}; tokenize first")
+        ids = np.asarray(self._to_numpy(token_ids))
+        if ids.ndim != 1:
+            raise ModelError(f"forward expects a 1-D sequence of token ids, got shape {ids.shape}")
+        if ids.size and ids.dtype.kind not in "iu":
+            raise ModelError(f"token ids must be integers, got dtype {ids.dtype}")
+        return ids.tolist()
+
+    def _check(self, tokens: Any, offset: int, caches: Sequence[Any] | None, keep: int | None) -> tuple[int, int]:
+        arr = np.asarray(self._to_numpy(tokens))
+        if arr.ndim != 2:
+            raise ModelError(f"tokens must be [B, S], got shape {arr.shape}")
+        B, S = arr.shape
+        if S == 0 or B == 0:
+            raise ModelError("empty input: at least one token is needed")
+        if arr.dtype.kind not in "iu":
+            raise ModelError(f"token ids must be integers, got dtype {arr.dtype}")
+        bad = np.flatnonzero((arr < 0) | (arr >= self.vocab_size))
+        if bad.size:
+            b, s = divmod(int(bad[0]), S)
+            raise ModelError(
+                f"token id {int(arr[b, s])} at position {s} (batch row {b}) is out of range [0, {self.vocab_size})"
+            )
+        if (type(offset) is not int and not isinstance(offset, np.integer)) or offset < 0:
+            raise ModelError(f"offset must be a non-negative int, got {offset!r}")
+        if offset + S > self.config.max_position_embeddings:
+            raise ModelError(
+                f"positions {offset}..{offset + S - 1} exceed max_position_embeddings "
+                f"{self.config.max_position_embeddings}"
+            )
+        if caches is not None:
+            if len(caches) != self.n_layers:
+                raise ModelError(f"got {len(caches)} caches for {self.n_layers} layers")
+            if any(int(c.offset) != offset for c in caches):
+                raise ModelError(
+                    f"offset {offset} does not match the caches' offsets {sorted({int(c.offset) for c in caches})}"
+                )
+        if keep is not None and (type(keep) is not int or keep < 1):
+            raise ModelError(f"logits_to_keep must be a positive int or None, got {keep!r}")
+        return B, S
+
+    # --- backend hooks --------------------------------------------------------------------------------------
+
+    def _batch(self, ids: list[int]) -> Any:
+        return np.asarray([ids], dtype=np.int64)
+
+    def _to_numpy(self, x: Any) -> Any:
+        return x
+
+    def _run(
+        self, tokens: Any, offset: int, caches: Sequence[Any] | None, keep: int | None, trace: dict[str, Any] | None
+    ) -> Any:
+        raise NotImplementedError

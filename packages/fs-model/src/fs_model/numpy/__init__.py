@@ -1,0 +1,5 @@
+"""The readable float32 reference backend."""
+
+from .model import NumpyModel
+
+__all__ = ["NumpyModel"]

@@ -1,0 +1,40 @@
+"""Grouped-query attention with Qwen3's per-head q/k RMSNorm, RoPE and a KV cache.
+
+Shapes: x [B, S, H] -> q [B, nh, S, D], k/v [B, nkv, S, D]; each group of nh/nkv query heads reads one kv head.
+"""
+
+import numpy as np
+
+from .norm import rms_norm
+from .rope import RoPE
+
+
+class Attention:
+    def __init__(self, w: dict[str, np.ndarray], nh: int, nkv: int, D: int, eps: float, rope: RoPE):
+        self.wq, self.wk, self.wv, self.wo = w["q_proj"], w["k_proj"], w["v_proj"], w["o_proj"]
+        self.q_norm, self.k_norm = w["q_norm"], w["k_norm"]
+        self.nh, self.nkv, self.D, self.eps, self.rope = nh, nkv, D, eps, rope
+        self.scale = np.float32(D**-0.5)
+
+    def __call__(self, x: np.ndarray, offset: int, tables: tuple[np.ndarray, np.ndarray], cache=None) -> np.ndarray:
+        B, S, _ = x.shape
+        q = (x @ self.wq.T).reshape(B, S, self.nh, self.D)
+        k = (x @ self.wk.T).reshape(B, S, self.nkv, self.D)
+        v = (x @ self.wv.T).reshape(B, S, self.nkv, self.D)
+        q = rms_norm(q, self.q_norm, self.eps).transpose(0, 2, 1, 3)
+        k = rms_norm(k, self.k_norm, self.eps).transpose(0, 2, 1, 3)
+        v = v.transpose(0, 2, 1, 3)
+        q, k = self.rope(q, *tables), self.rope(k, *tables)
+        if cache is not None:
+            k, v = cache.update_and_fetch(k, v)
+        T = k.shape[2]
+        G = self.nh // self.nkv
+        qg = q.reshape(B, self.nkv, G, S, self.D)  # query heads h = g·G + j share kv head g
+        scores = (qg @ k[:, :, None].swapaxes(-1, -2)) * self.scale  # [B, nkv, G, S, T]
+        if S > 1:
+            past = T - S  # query i sits at absolute position past + i and sees keys 0 .. past + i
+            scores = np.where(np.arange(T) <= past + np.arange(S)[:, None], scores, np.float32(-np.inf))
+        scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
+        probs = scores / scores.sum(axis=-1, keepdims=True)
+        out = (probs @ v[:, :, None]).reshape(B, self.nh, S, self.D)
+        return out.transpose(0, 2, 1, 3).reshape(B, S, self.nh * self.D) @ self.wo.T

@@ -1,0 +1,17 @@
+"""One decoder block: pre-norm attention and pre-norm SwiGLU, each added to the residual stream."""
+
+import numpy as np
+
+from .attention import Attention
+from .mlp import MLP
+from .norm import rms_norm
+
+
+class Block:
+    def __init__(self, w: dict[str, np.ndarray], attention: Attention, eps: float):
+        self.attn, self.mlp = attention, MLP(w)
+        self.norm1, self.norm2, self.eps = w["input_layernorm"], w["post_attention_layernorm"], eps
+
+    def __call__(self, x: np.ndarray, offset: int, tables, cache=None) -> np.ndarray:
+        x = x + self.attn(rms_norm(x, self.norm1, self.eps), offset, tables, cache)
+        return x + self.mlp(rms_norm(x, self.norm2, self.eps))

@@ -1,0 +1,56 @@
+"""The numpy reference backend: float32 compute, one file per concept, read top to bottom.
+
+ids -> embed [B,S,H] -> blocks -> final norm -> logits [B,S,V] (``x @ embedᵀ`` when tied).
+"""
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from fs_weights import Qwen3Config
+
+from ..model import Model
+from .attention import Attention
+from .block import Block
+from .norm import rms_norm
+from .rope import RoPE
+
+
+class NumpyModel(Model):
+    backend = "numpy"
+
+    def __init__(self, config: Qwen3Config, weights: dict[str, np.ndarray], path: str = "<memory>"):
+        super().__init__(config, path)
+        c = config
+        self.embed = weights["model.embed_tokens.weight"]
+        self.lm_head = self.embed if c.tie_word_embeddings else weights["lm_head.weight"]
+        self.norm = weights["model.norm.weight"]
+        self.eps = c.rms_norm_eps
+        self.rope = RoPE(c.dim_head, c.rope_theta)
+        self.blocks = []
+        for i in range(c.num_hidden_layers):
+            p = f"model.layers.{i}."
+            w = {k.removeprefix(p).split(".")[-2]: v for k, v in weights.items() if k.startswith(p)}
+            attn = Attention(w, c.num_attention_heads, c.num_key_value_heads, c.dim_head, c.rms_norm_eps, self.rope)
+            self.blocks.append(Block(w, attn, c.rms_norm_eps))
+
+    def _run(
+        self, tokens: Any, offset: int, caches: Sequence[Any] | None, keep: int | None, trace: dict[str, Any] | None
+    ) -> np.ndarray:
+        tokens = np.asarray(tokens, dtype=np.int64)
+        x = self.embed[tokens].astype(np.float32)
+        if trace is not None:
+            trace["embedding"] = x
+        tables = self.rope.tables(offset, tokens.shape[1])
+        for i, block in enumerate(self.blocks):
+            x = block(x, offset, tables, caches[i] if caches is not None else None)
+            if trace is not None:
+                trace[f"block.{i}"] = x
+        if keep is not None:
+            x = x[:, -keep:]
+        x = rms_norm(x, self.norm, self.eps)
+        logits = x @ self.lm_head.T
+        if trace is not None:
+            trace["final_norm"], trace["logits"] = x, logits
+        return logits

@@ -1,0 +1,40 @@
+"""Shared by fs-model's tests (imported by name: conftest puts this folder on sys.path)."""
+
+import os
+from pathlib import Path
+
+from fs_weights import Qwen3Config
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+GOLDEN = Path(__file__).parent / "golden"
+
+# Tiny configs that vary every knob the forward pass depends on.
+KNOBS = {
+    "untied-gqa2": dict(tie_word_embeddings=False),
+    "tied": dict(tie_word_embeddings=True),
+    "mha": dict(num_key_value_heads=4),
+    "mqa": dict(num_key_value_heads=1),
+    "head_dim-odd-ratio": dict(head_dim=48, rope_theta=10_000.0, rms_norm_eps=1e-5),
+}
+BASE = dict(
+    vocab_size=512,
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=32,
+    max_position_embeddings=512,
+    rope_theta=1_000_000.0,
+)
+
+
+def config(name: str = "untied-gqa2", **kw) -> Qwen3Config:
+    return Qwen3Config.from_dict({**BASE, **KNOBS[name], **kw})
+
+
+def rel_err(got, want) -> float:
+    import numpy as np
+
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    return float(np.abs(got - want).max() / np.abs(want).max())
