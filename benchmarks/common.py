@@ -1,0 +1,46 @@
+"""Helpers shared by the benchmark scripts: the 0.6B random checkpoint, peak RSS, a measured matmul peak."""
+
+import time
+from pathlib import Path
+
+import numpy as np
+
+from fs_weights import preset, write_random_checkpoint
+
+CACHE = Path("/tmp/fs-bench")
+
+
+def qwen3_06b(dtype: str = "float32", tokenizer: str | None = None) -> Path:
+    d = CACHE / f"qwen3-0.6b-{dtype}"
+    if not (d / "config.json").exists():
+        t0 = time.perf_counter()
+        write_random_checkpoint(d, preset("qwen3-0.6b"), dtype=dtype, tokenizer=tokenizer)
+        print(f"wrote {d} in {time.perf_counter() - t0:.0f}s")
+    return d
+
+
+def peak_rss() -> int:
+    """VmHWM of this process in bytes (Linux)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def matmul_peak_gflops(n: int = 1024, m: int = 3072, k: int = 1024, repeat: int = 5) -> float:
+    """Best float32 GEMM rate numpy's BLAS reaches here on a prefill-like shape [n,k] @ [k,m]."""
+    a = np.random.default_rng(0).standard_normal((n, k), dtype=np.float32)
+    b = np.random.default_rng(1).standard_normal((k, m), dtype=np.float32)
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        a @ b
+        best = min(best, time.perf_counter() - t0)
+    return 2 * n * m * k / best / 1e9
+
+
+def prefill_flops(S: int, H: int = 1024, L: int = 28, q: int = 2048, kv: int = 1024, inter: int = 3072,
+                  V: int = 151936) -> float:
+    """Matmul FLOPs of one prefill of S tokens (attention scores included, logits for the last position only)."""
+    per_layer = 2 * S * H * (q + 2 * kv) + 2 * S * q * H + 2 * S * H * inter * 3 + 2 * 2 * S * S * q / 2
+    return L * per_layer + 2 * H * V
