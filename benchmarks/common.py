@@ -39,8 +39,9 @@ def matmul_peak_gflops(n: int = 1024, m: int = 3072, k: int = 1024, repeat: int 
     return 2 * n * m * k / best / 1e9
 
 
-def prefill_flops(S: int, H: int = 1024, L: int = 28, q: int = 2048, kv: int = 1024, inter: int = 3072,
-                  V: int = 151936) -> float:
+def prefill_flops(
+    S: int, H: int = 1024, L: int = 28, q: int = 2048, kv: int = 1024, inter: int = 3072, V: int = 151936
+) -> float:
     """Matmul FLOPs of one prefill of S tokens (attention scores included, logits for the last position only)."""
     per_layer = 2 * S * H * (q + 2 * kv) + 2 * S * q * H + 2 * S * H * inter * 3 + 2 * 2 * S * S * q / 2
     return L * per_layer + 2 * H * V

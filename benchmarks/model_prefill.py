@@ -49,8 +49,13 @@ def main() -> None:
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--lengths", type=int, nargs="+", default=[128, 512])
-    ap.add_argument("--peer-lengths", type=int, nargs="+", default=[128],
-                    help="mlx-lm f32 prefill runs ~2 tok/s here; 512 tokens take minutes")
+    ap.add_argument(
+        "--peer-lengths",
+        type=int,
+        nargs="+",
+        default=[128],
+        help="mlx-lm f32 prefill runs ~2 tok/s here; 512 tokens take minutes",
+    )
     args = ap.parse_args()
     d = qwen3_06b("float32")
     weight_bytes = sum(f.stat().st_size for f in d.glob("*.safetensors"))
@@ -69,14 +74,18 @@ def main() -> None:
             r = json.loads(out.stdout.strip().splitlines()[-1])
             results[(engine, S)] = r
             gf = prefill_flops(S) / r["seconds"] / 1e9
-            print(f"S={S:4d} {engine:9s} {S / r['seconds']:8.1f} tok/s  {gf:6.1f} GFLOP/s ({gf / peak:.0%} of peak)  "
-                  f"peak RSS {r['rss'] / 1e9:.2f} GB = {r['rss'] / weight_bytes:.2f}x weights "
-                  f"[{time.perf_counter() - t0:.0f}s wall]")
+            print(
+                f"S={S:4d} {engine:9s} {S / r['seconds']:8.1f} tok/s  {gf:6.1f} GFLOP/s ({gf / peak:.0%} of peak)  "
+                f"peak RSS {r['rss'] / 1e9:.2f} GB = {r['rss'] / weight_bytes:.2f}x weights "
+                f"[{time.perf_counter() - t0:.0f}s wall]"
+            )
         peer = results.get(("mlx-lm", S))
         for engine in ("fs-numpy", "fs-mlx"):
             if peer and (engine, S) in results:
-                print(f"S={S:4d} ratio {engine} / mlx-lm prefill tok/s = "
-                      f"{peer['seconds'] / results[(engine, S)]['seconds']:.2f}x")
+                print(
+                    f"S={S:4d} ratio {engine} / mlx-lm prefill tok/s = "
+                    f"{peer['seconds'] / results[(engine, S)]['seconds']:.2f}x"
+                )
 
 
 if __name__ == "__main__":

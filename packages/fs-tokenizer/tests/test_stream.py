@@ -56,3 +56,12 @@ def test_random_text_streams(qwen3):
         ids = qwen3.encode(text)
         parts, tail = stream(qwen3, ids)
         assert "".join(parts) + tail == text
+
+
+def test_ids_past_the_tokenizer_vocabulary(qwen3):
+    from fs_tokenizer import TokenizerError
+
+    with pytest.raises(TokenizerError, match="151900 is out of range"):
+        qwen3.stream_decoder().push(151900)
+    dec = qwen3.stream_decoder(unknown="replace")
+    assert dec.push(9707) + dec.push(151900) + dec.flush() == "Hello\ufffd"

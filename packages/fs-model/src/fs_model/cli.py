@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             ids = args.ids
         model = load_model(args.model, backend=args.backend, dtype=args.dtype)
-        logits = np.asarray(model._to_numpy(model.forward(ids)), dtype=np.float32)[-1]
+        logits = np.asarray(model.to_numpy(model.forward(ids)), dtype=np.float32)[-1]
         print(f"prompt: {len(ids)} tokens {ids[:16]}{' ...' if len(ids) > 16 else ''}")
         print(f"next-token candidates ({model.backend} backend, logits [{logits.shape[0]}] at position {len(ids)}):")
         print(f"{'rank':>4}  {'id':>7}  {'logit':>9}  {'prob':>8}  token")

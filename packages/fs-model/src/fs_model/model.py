@@ -37,17 +37,17 @@ class Model:
         """Logits ``[S, V]`` for the new tokens at positions ``cache.offset ...`` (0 without a cache)."""
         ids = self._as_ids(token_ids)
         offset = 0 if not cache else int(cache[0].offset)
-        return self(self._batch(ids), offset, cache)[0]
+        return self(self.tokens_array(ids), offset, cache)[0]
 
     def trace(self, token_ids: Any) -> dict[str, np.ndarray]:
         """Named float32 activations: ``embedding [S,H]``, ``block.{i} [S,H]``, ``final_norm [S,H]``,
         ``logits [S,V]`` (batch axis dropped)."""
         ids = self._as_ids(token_ids)
-        tokens = self._batch(ids)
+        tokens = self.tokens_array(ids)
         self._check(tokens, 0, None, None)
         out: dict[str, Any] = {}
         self._run(tokens, 0, None, None, out)
-        return {k: np.asarray(self._to_numpy(v))[0] for k, v in out.items()}
+        return {k: np.asarray(self.to_numpy(v))[0] for k, v in out.items()}
 
     def make_cache(self, kind: str = "dense", **kw: Any) -> list[Any]:
         if kind == "dense":
@@ -63,7 +63,7 @@ class Model:
     def _as_ids(self, token_ids: Any) -> list[int]:
         if isinstance(token_ids, (str, bytes)):
             raise ModelError(f"token ids must be integers, got {type(token_ids).__name__}; tokenize first")
-        ids = np.asarray(self._to_numpy(token_ids))
+        ids = np.asarray(self.to_numpy(token_ids))
         if ids.ndim != 1:
             raise ModelError(f"forward expects a 1-D sequence of token ids, got shape {ids.shape}")
         if ids.size and ids.dtype.kind not in "iu":
@@ -71,7 +71,7 @@ class Model:
         return ids.tolist()
 
     def _check(self, tokens: Any, offset: int, caches: Sequence[Any] | None, keep: int | None) -> tuple[int, int]:
-        arr = np.asarray(self._to_numpy(tokens))
+        arr = np.asarray(self.to_numpy(tokens))
         if arr.ndim != 2:
             raise ModelError(f"tokens must be [B, S], got shape {arr.shape}")
         B, S = arr.shape
@@ -105,10 +105,13 @@ class Model:
 
     # --- backend hooks --------------------------------------------------------------------------------------
 
-    def _batch(self, ids: list[int]) -> Any:
-        return np.asarray([ids], dtype=np.int64)
+    def tokens_array(self, ids: Sequence[int] | Sequence[Sequence[int]]) -> Any:
+        """IDs as this backend's [B, S] token array (a flat list becomes one row)."""
+        rows = [list(ids)] if ids and not isinstance(ids[0], Sequence) else ids
+        return np.asarray(rows, dtype=np.int64)
 
-    def _to_numpy(self, x: Any) -> Any:
+    def to_numpy(self, x: Any) -> Any:
+        """A backend array as numpy (float32 for bf16), anything else unchanged."""
         return x
 
     def _run(

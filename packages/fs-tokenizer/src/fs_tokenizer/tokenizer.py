@@ -153,10 +153,20 @@ class Tokenizer:
                 raise TokenizerError(f"{e} at position {pos}") from None
         return b"".join(out).decode("utf-8", errors="replace")
 
-    def stream_decoder(self, skip_special_tokens: bool = False) -> StreamDecoder:
-        if skip_special_tokens:
-            return StreamDecoder(lambda i: b"" if i in self.special_ids else self.token_bytes(i))
-        return StreamDecoder(self.token_bytes)
+    def stream_decoder(self, skip_special_tokens: bool = False, unknown: str = "error") -> StreamDecoder:
+        """Incremental decoder. ``unknown="replace"`` renders an id the tokenizer does not have (a model's
+        padding rows: Qwen3's embedding has 151936 rows, the tokenizer 151669 ids) as U+FFFD instead of raising."""
+        if unknown not in ("error", "replace"):
+            raise TokenizerError(f"unknown must be 'error' or 'replace', got {unknown!r}")
+
+        def to_bytes(i: int) -> bytes:
+            if skip_special_tokens and i in self.special_ids:
+                return b""
+            if unknown == "replace" and i not in self._id_to_token:
+                return "\ufffd".encode()
+            return self.token_bytes(i)
+
+        return StreamDecoder(to_bytes)
 
     # --- vocabulary -----------------------------------------------------------------------------------------
 

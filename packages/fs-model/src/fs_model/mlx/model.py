@@ -125,10 +125,10 @@ class MlxModel(Model):
         mx.eval([v.w if isinstance(v, Linear) else v for v in weights.values()])
         return cls(config, weights, dt, path)
 
-    def _batch(self, ids: list[int]) -> Any:
-        return mx.array([ids], dtype=mx.int32)
+    def tokens_array(self, ids: Sequence[int] | Sequence[Sequence[int]]) -> Any:
+        return mx.array(np.asarray(super().tokens_array(ids)), dtype=mx.int32)
 
-    def _to_numpy(self, x: Any) -> Any:
+    def to_numpy(self, x: Any) -> Any:
         if isinstance(x, mx.array):
             return np.array(x.astype(mx.float32) if x.dtype == mx.bfloat16 else x)
         return x

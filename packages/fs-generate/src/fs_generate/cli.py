@@ -1,0 +1,149 @@
+"""``fs-generate``: generate text from a Qwen3 checkpoint, streaming, like ``mlx_lm.generate``.
+
+fs-generate --model Qwen/Qwen3-0.6B --prompt "Write a haiku about the sea" --chat --max-tokens 100
+fs-generate --model ./my-qwen3 --prompt "def fib(n):" --temp 0.7 --top-p 0.9 --seed 1
+"""
+
+import argparse
+import json
+import resource
+import sys
+import time
+
+from fs_model import ModelError
+from fs_tokenizer import TokenizerError
+
+from .errors import GenerateError
+from .generate import Generator
+from .resolve import load
+
+EPILOG = """\
+prompt handling:
+  A --prompt is encoded exactly as given (no BOS, no template). --chat wraps it as a user message (after an
+  optional --system message) with the model's chat template and the assistant header; --enable-thinking keeps
+  Qwen3's <think> block open (default off: the template closes it).
+sampling (applied in this order): --temp T, then --top-k K, --top-p P, --min-p M, renormalize, draw.
+  --temp 0 (default) is greedy: the largest logit, the lowest id on ties. --seed makes draws reproducible.
+stopping: an EOS id of the model (generation_config.json + config.json), --max-tokens, the context limit
+  (max_position_embeddings, or --max-kv-size), or any --stop string (the output is cut before it).
+exit codes: 0 done, 2 bad input (unknown model, bad flag values, empty prompt, template errors).
+The last line on stderr is: prompt tokens and tok/s, generated tokens and tok/s, peak memory.
+"""
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        prog="fs-generate",
+        description="Generate text with a Qwen3 model.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    ap.add_argument("--model", required=True, help="local model directory or Hugging Face id (Qwen/Qwen3-0.6B)")
+    ap.add_argument("--prompt", required=True, help="prompt text ('-' reads standard input)")
+    ap.add_argument("--max-tokens", "-m", type=int, default=256, help="generated-token budget (default 256)")
+    ap.add_argument("--temp", type=float, default=0.0, help="sampling temperature; 0 = greedy (default)")
+    ap.add_argument("--top-k", type=int, default=0, help="keep the K most likely tokens (0 = off)")
+    ap.add_argument("--top-p", type=float, default=1.0, help="nucleus: smallest set with mass >= P (1 = off)")
+    ap.add_argument("--min-p", type=float, default=0.0, help="drop tokens with p < M * p_max (0 = off)")
+    ap.add_argument("--repetition-penalty", type=float, help="mlx-lm semantics over the last 20 tokens")
+    ap.add_argument("--seed", type=int, help="seed for reproducible sampling")
+    ap.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+    ap.add_argument("--chat", action="store_true", help="apply the model's chat template")
+    ap.add_argument("--system", help="system message (with --chat)")
+    ap.add_argument("--enable-thinking", action="store_true", help="let Qwen3 think (with --chat)")
+    ap.add_argument("--backend", choices=["numpy", "mlx"], default="numpy")
+    ap.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], help="MLX compute dtype")
+    ap.add_argument("--max-kv-size", type=int, help="context limit in tokens (default: max_position_embeddings)")
+    ap.add_argument("--eos-token-id", type=int, action="append", help="override the EOS set (repeatable)")
+    ap.add_argument("--verbose", action="store_true", help="print the prompt IDs and per-token log-probabilities")
+    ap.add_argument("--json", action="store_true", help="print one JSON object at the end instead of streaming")
+    return ap
+
+
+def peak_memory_gb() -> float:
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return rss / (1 << 30) if sys.platform == "darwin" else rss / (1 << 20)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    out, err = sys.stdout, sys.stderr
+    try:
+        prompt_text = sys.stdin.read() if args.prompt == "-" else args.prompt
+        t0 = time.perf_counter()
+        print(f"loading {args.model} ({args.backend}) ...", end="", file=err, flush=True)
+        model, tok = load(args.model, backend=args.backend, dtype=args.dtype)
+        print(f" {time.perf_counter() - t0:.1f}s", file=err, flush=True)
+        prompt: str | list[int] = prompt_text
+        if args.chat:
+            messages = ([{"role": "system", "content": args.system}] if args.system else []) + [
+                {"role": "user", "content": prompt_text}
+            ]
+            try:
+                prompt = tok.apply_chat_template(
+                    messages, add_generation_prompt=True, enable_thinking=args.enable_thinking, tokenize=True
+                )
+            except TokenizerError as e:
+                raise GenerateError(str(e)) from None
+        g = Generator(
+            model,
+            tok,
+            prompt,
+            max_new_tokens=args.max_tokens,
+            temperature=args.temp,
+            top_k=args.top_k,
+            top_p=args.top_p,
+            min_p=args.min_p,
+            seed=args.seed,
+            stop=args.stop,
+            eos_token_ids=args.eos_token_id,
+            repetition_penalty=args.repetition_penalty,
+            context_limit=args.max_kv_size,
+        )
+        if args.verbose:
+            print(f"prompt ids ({len(g.prompt)}): {g.prompt}", file=err)
+        streamed, printed = "", 0
+        for step in g.steps():
+            if args.verbose:
+                print(f"[{step.token_id} {step.logprob:.3f}]", end="", file=err)
+            if args.json:
+                continue
+            streamed += step.text
+            # hold back text that may be the start of a stop string; at the end show the (cut) result text
+            upto = len(g.result.text) if step.finish_reason else len(streamed) - g.stops.holdback(streamed)
+            if upto > printed:
+                out.write(streamed[printed:upto])
+                out.flush()
+                printed = upto
+        r = g.result
+        if args.json:
+            print(
+                json.dumps(
+                    {
+                        "text": r.text,
+                        "token_ids": r.token_ids,
+                        "finish_reason": r.finish_reason,
+                        "prompt_tokens": len(r.prompt_ids),
+                        "eos_token_id": r.eos_token_id,
+                    }
+                )
+            )
+        else:
+            print(file=out)
+        print("=" * 10, file=err)
+        print(f"Prompt: {len(r.prompt_ids)} tokens, {r.prompt_tps:.3f} tokens-per-sec", file=err)
+        print(
+            f"Generation: {len(r.token_ids)} tokens, {r.generation_tps:.3f} tokens-per-sec (finish: {r.finish_reason})",
+            file=err,
+        )
+        print(f"Peak memory: {peak_memory_gb():.3f} GB", file=err)
+        return 0
+    except (GenerateError, ModelError, TokenizerError) as e:
+        print(f"\nfs-generate: error: {e}", file=err)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

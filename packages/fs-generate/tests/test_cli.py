@@ -1,0 +1,68 @@
+import json
+
+import pytest
+
+from fs_generate.cli import main
+
+
+def test_streams_and_ends_with_a_stats_line(tiny_dir, capsys):
+    assert main(["--model", str(tiny_dir), "--prompt", "Hello", "--max-tokens", "8", "--eos-token-id", "0"]) == 0
+    out, err = capsys.readouterr()
+    assert out.endswith("\n")
+    lines = err.strip().splitlines()
+    assert lines[-3].startswith("Prompt: 1 tokens") and lines[-2].startswith("Generation: ")
+    assert lines[-1].startswith("Peak memory: ") and lines[-1].endswith(" GB")
+
+
+def test_json_chat_and_seed(tiny_dir, capsys):
+    args = [
+        "--model",
+        str(tiny_dir),
+        "--prompt",
+        "hi",
+        "--chat",
+        "--system",
+        "be brief",
+        "--max-tokens",
+        "5",
+        "--temp",
+        "0.7",
+        "--seed",
+        "3",
+        "--json",
+    ]
+    assert main(args) == 0
+    a = json.loads(capsys.readouterr().out)
+    assert main(args) == 0
+    b = json.loads(capsys.readouterr().out)
+    assert a == b and a["prompt_tokens"] > 10 and a["finish_reason"] in ("length", "eos")
+
+
+@pytest.mark.parametrize(
+    "args,words",
+    [
+        (["--prompt", ""], "empty prompt"),
+        (["--prompt", "x", "--temp", "-1"], "temperature must be >= 0"),
+        (["--prompt", "x", "--top-p", "0"], "top_p"),
+        (["--prompt", "x", "--max-tokens", "-2"], "max_new_tokens"),
+    ],
+)
+def test_bad_input_exits_2_without_traceback(tiny_dir, capsys, args, words):
+    assert main(["--model", str(tiny_dir), *args]) == 2
+    err = capsys.readouterr().err
+    assert words in err and "Traceback" not in err
+
+
+def test_unknown_model_offline(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    assert main(["--model", "nobody/nothing", "--prompt", "x"]) == 2
+    assert "'nobody/nothing' was not found in the local Hugging Face cache" in capsys.readouterr().err
+
+
+def test_help_is_a_manual(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    text = capsys.readouterr().out
+    for words in ("--chat", "--top-p", "greedy", "exit codes", "--max-kv-size", "--repetition-penalty"):
+        assert words in text
