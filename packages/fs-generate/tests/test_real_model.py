@@ -88,3 +88,18 @@ def test_model_id_resolves_from_the_local_cache(tmp_path, monkeypatch, tiny_dir)
     monkeypatch.setattr(c, "HF_HUB_OFFLINE", True)
     model, tok = load("acme/tiny-qwen3")
     assert model.config.vocab_size == 151936 and tok.encode("hello world") == [14990, 1879]
+
+
+def test_the_readme_main_job_model(tmp_path):
+    """The fresh-machine main job: tiny preset + built-in byte tokenizer (265 ids), tied embeddings. Greedy on a
+    random map over so few ids falls into a cycle within a few dozen steps (iterating a random function on a
+    finite set always does), so the README samples; the sampled stream must not collapse to one token."""
+    from fs_weights import preset, write_random_checkpoint
+    from fs_weights.byte_tokenizer import VOCAB_SIZE
+
+    d = write_random_checkpoint(tmp_path / "b", preset("tiny", vocab_size=VOCAB_SIZE), tokenizer="bytes")
+    model, tok = load(str(d))
+    g = generate(model, tok, "Hello, Qwen3", max_new_tokens=40, eos_token_ids=[], temperature=0.8, seed=0)
+    assert len(set(g.token_ids)) > 15 and max(g.token_ids.count(t) for t in g.token_ids) < 10
+    ids = tok.apply_chat_template([{"role": "user", "content": "hi"}], add_generation_prompt=True, tokenize=True)
+    assert tok.decode(ids) == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"

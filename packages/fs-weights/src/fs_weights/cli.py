@@ -5,6 +5,7 @@ import json
 import sys
 import time
 
+from .byte_tokenizer import VOCAB_SIZE as BYTE_VOCAB_SIZE
 from .errors import WeightsError
 from .inspect import format_table, inspect_checkpoint
 from .random_checkpoint import PRESETS, preset, write_random_checkpoint
@@ -23,7 +24,11 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--quantize", type=int, choices=[4, 8], help="write the MLX affine-quantized layout")
     r.add_argument("--group-size", type=int, default=64, choices=[32, 64, 128])
     r.add_argument("--seed", type=int, default=0)
-    r.add_argument("--tokenizer", help="directory whose tokenizer files are copied in")
+    r.add_argument(
+        "--tokenizer",
+        help="directory whose tokenizer files are copied in, or 'bytes' for a built-in "
+        "byte-level tokenizer (vocab_size becomes its 265 ids)",
+    )
     r.add_argument("--max-shard-size", type=float, default=2.0, help="GiB per shard (default 2)")
     r.add_argument("--untied", action="store_true", help="write a separate lm_head")
     r.add_argument("--overwrite", action="store_true")
@@ -34,7 +39,10 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(report, indent=2) if args.json else format_table(report))
             return 0 if report["verdict"] in ("ok",) or report["verdict"].startswith("no config") else 1
         t0 = time.perf_counter()
-        cfg = preset(args.preset, **({"tie_word_embeddings": False} if args.untied else {}))
+        overrides = {"tie_word_embeddings": False} if args.untied else {}
+        if args.tokenizer == "bytes":
+            overrides["vocab_size"] = BYTE_VOCAB_SIZE
+        cfg = preset(args.preset, **overrides)
         out = write_random_checkpoint(
             args.out,
             cfg,

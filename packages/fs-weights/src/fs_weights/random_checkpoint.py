@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from . import byte_tokenizer
 from .config import Qwen3Config
 from .crosscheck import expected_tensors, is_quantizable, stored_tensors
 from .dtypes import code_for, from_float32, itemsize
@@ -55,15 +56,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         eos_token_id=151645,
     ),
 }
-GENERATION_CONFIG: dict[str, Any] = {
-    "bos_token_id": 151643,
-    "eos_token_id": [151645, 151643],
-    "pad_token_id": 151643,
-    "do_sample": True,
-    "temperature": 0.6,
-    "top_k": 20,
-    "top_p": 0.95,
-}
+GENERATION_SAMPLING = {"do_sample": True, "temperature": 0.6, "top_k": 20, "top_p": 0.95}  # Qwen3's defaults
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt")
 DEFAULT_SHARD_BYTES = 2 * 1024**3
 
@@ -82,8 +75,9 @@ def random_tensor(name: str, shape: tuple[int, ...], config: Qwen3Config, seed: 
     rng = np.random.default_rng([seed, zlib.crc32(name.encode())])
     if len(shape) == 1:  # norm weights: around 1, not exactly 1, so a dropped norm is detectable
         return (1.0 + 0.1 * rng.standard_normal(shape, dtype=np.float32)).astype(np.float32)
-    if name.endswith("embed_tokens.weight"):
-        return rng.standard_normal(shape, dtype=np.float32)
+    if name.endswith("embed_tokens.weight"):  # std 1/sqrt(H): with tied embeddings the echo of the input
+        # token (|E[t]|² / rms(x) ~ 1 / rms(x)) stays below the spread of the other logits (std ~1)
+        return rng.standard_normal(shape, dtype=np.float32) * np.float32(1 / math.sqrt(shape[1]))
     fan_in = shape[-1]
     gain = 2.0 if name.endswith(("o_proj.weight", "down_proj.weight")) else 1.0
     return rng.standard_normal(shape, dtype=np.float32) * np.float32(gain / math.sqrt(fan_in))
@@ -97,7 +91,7 @@ def write_random_checkpoint(
     dtype: str = "bfloat16",
     quantize: int | None = None,
     group_size: int = 64,
-    tokenizer: str | os.PathLike[str] | None = None,
+    tokenizer: str | os.PathLike[str] | None = None,  # a directory to copy from, or "bytes"
     max_shard_bytes: int = DEFAULT_SHARD_BYTES,
     overwrite: bool = False,
 ) -> Path:
@@ -109,6 +103,12 @@ def write_random_checkpoint(
         raise WeightsError(f"dtype {dtype!r} is not one of float32, float16, bfloat16") from None
     if out.exists() and any(out.iterdir()) and not overwrite:
         raise WeightsError(f"{out}: exists and is not empty (pass overwrite=True to replace it)")
+    if tokenizer == "bytes":
+        if config.vocab_size < byte_tokenizer.VOCAB_SIZE:
+            raise WeightsError(
+                f"vocab_size {config.vocab_size} is too small for the byte tokenizer ({byte_tokenizer.VOCAB_SIZE} ids)"
+            )
+        config = config.replace(bos_token_id=byte_tokenizer.ENDOFTEXT, eos_token_id=byte_tokenizer.IM_END)
     cfg = config.to_dict() | {"torch_dtype": dtype}
     if quantize:
         cfg["quantization"] = {"group_size": group_size, "bits": quantize}
@@ -119,11 +119,10 @@ def write_random_checkpoint(
     try:
         _write_shards(tmp, layout, _producer(cfg_obj, seed, code, quantize, group_size), max_shard_bytes)
         (tmp / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
-        gen = GENERATION_CONFIG | {
-            "eos_token_id": sorted({*GENERATION_CONFIG["eos_token_id"], *_as_list(cfg_obj.eos_token_id)})
-        }
-        (tmp / "generation_config.json").write_text(json.dumps(gen, indent=2) + "\n")
-        if tokenizer is not None:
+        (tmp / "generation_config.json").write_text(json.dumps(_generation_config(cfg_obj), indent=2) + "\n")
+        if tokenizer == "bytes":
+            byte_tokenizer.write_byte_tokenizer(tmp)
+        elif tokenizer is not None:
             _copy_tokenizer(Path(tokenizer), tmp)
         os.chmod(tmp, 0o777 & ~current_umask())
         if out.exists():
@@ -191,5 +190,10 @@ def _copy_tokenizer(src: Path, dst: Path) -> None:
             shutil.copyfile(src / f, dst / f)
 
 
-def _as_list(v: int | list[int] | None) -> list[int]:
-    return [] if v is None else v if isinstance(v, list) else [v]
+def _generation_config(c: Qwen3Config) -> dict[str, Any]:
+    """Qwen3's layout: EOS = <|im_end|> and <|endoftext|> (the config's eos and bos ids), pad = <|endoftext|>."""
+    eos = c.eos_token_id if isinstance(c.eos_token_id, list) else [c.eos_token_id] if c.eos_token_id is not None else []
+    ids = {"eos_token_id": list(dict.fromkeys([*eos, *([c.bos_token_id] if c.bos_token_id is not None else [])]))}
+    if c.bos_token_id is not None:
+        ids |= {"bos_token_id": c.bos_token_id, "pad_token_id": c.bos_token_id}
+    return ids | GENERATION_SAMPLING
