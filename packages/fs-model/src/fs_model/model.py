@@ -107,7 +107,7 @@ class Model:
 
     def tokens_array(self, ids: Sequence[int] | Sequence[Sequence[int]]) -> Any:
         """IDs as this backend's [B, S] token array (a flat list becomes one row)."""
-        rows = [list(ids)] if ids and not isinstance(ids[0], Sequence) else ids
+        rows = [list(ids)] if not ids or not isinstance(ids[0], Sequence) else ids
         return np.asarray(rows, dtype=np.int64)
 
     def to_numpy(self, x: Any) -> Any:

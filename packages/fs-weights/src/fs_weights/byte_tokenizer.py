@@ -59,7 +59,7 @@ def write_byte_tokenizer(dst: Path) -> None:
         for i, t in enumerate(SPECIALS)
     ]
     bytelevel = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}
-    spec = {
+    spec: dict[str, object] = {
         "version": "1.0",
         "truncation": None,
         "padding": None,

@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(report, indent=2) if args.json else format_table(report))
             return 0 if report["verdict"] in ("ok",) or report["verdict"].startswith("no config") else 1
         t0 = time.perf_counter()
-        overrides = {"tie_word_embeddings": False} if args.untied else {}
+        overrides: dict[str, object] = {"tie_word_embeddings": False} if args.untied else {}
         if args.tokenizer == "bytes":
             overrides["vocab_size"] = BYTE_VOCAB_SIZE
         cfg = preset(args.preset, **overrides)

@@ -193,7 +193,9 @@ def _copy_tokenizer(src: Path, dst: Path) -> None:
 def _generation_config(c: Qwen3Config) -> dict[str, Any]:
     """Qwen3's layout: EOS = <|im_end|> and <|endoftext|> (the config's eos and bos ids), pad = <|endoftext|>."""
     eos = c.eos_token_id if isinstance(c.eos_token_id, list) else [c.eos_token_id] if c.eos_token_id is not None else []
-    ids = {"eos_token_id": list(dict.fromkeys([*eos, *([c.bos_token_id] if c.bos_token_id is not None else [])]))}
+    ids: dict[str, Any] = {
+        "eos_token_id": list(dict.fromkeys([*eos, *([c.bos_token_id] if c.bos_token_id is not None else [])]))
+    }
     if c.bos_token_id is not None:
         ids |= {"bos_token_id": c.bos_token_id, "pad_token_id": c.bos_token_id}
     return ids | GENERATION_SAMPLING
