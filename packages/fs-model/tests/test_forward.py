@@ -25,24 +25,26 @@ def test_shapes_and_trace(model):
     np.testing.assert_array_equal(t["logits"], logits)
 
 
+@pytest.mark.parametrize("kind", ["dense", "paged"])
 @pytest.mark.parametrize("name", list(KNOBS))
-def test_cached_equals_uncached(checkpoints, name):
+def test_cached_equals_uncached(checkpoints, name, kind):
     m = load_model(checkpoints[name])
     full = m.forward(IDS)
-    cache = m.make_cache()
+    cache = m.make_cache(kind, block_size=4)
     steps = [m.forward(IDS[:4], cache)] + [m.forward([t], cache) for t in IDS[4:]]
     assert cache[0].offset == len(IDS)
     assert rel_err(np.concatenate(steps), full) < 1e-5
 
 
-def test_cached_after_trim_and_fork(model):
+@pytest.mark.parametrize("kind", ["dense", "paged"])
+def test_cached_after_trim_and_fork(model, kind):
     full = model.forward(IDS)
-    cache = model.make_cache()
+    cache = model.make_cache(kind, block_size=4)
     model.forward(IDS[:7], cache)
     for c in cache:
         c.trim(2)
     assert rel_err(model.forward(IDS[5:], cache), full[5:]) < 1e-5
-    base = model.make_cache()
+    base = model.make_cache(kind, block_size=4)
     model.forward(IDS[:6], base)
     a, b = [c.fork() for c in base], [c.fork() for c in base]
     alt = [9, 9, 9]

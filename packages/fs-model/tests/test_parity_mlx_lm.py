@@ -52,11 +52,12 @@ def test_mlx_backend_keeps_weights_quantized(tmp_path, reference):
     assert lin.scales is not None and lin.w.shape == (128, 64 * 4 // 32) and str(lin.w.dtype) == "mlx.core.uint32"
 
 
-def test_mlx_backend_cached_equals_uncached_and_matches_numpy(checkpoints, reference):
+@pytest.mark.parametrize("kind", ["dense", "paged"])
+def test_mlx_backend_cached_equals_uncached_and_matches_numpy(checkpoints, reference, kind):
     mx = reference("mlx.core")
     m = load_model(checkpoints["tied"], backend="mlx", dtype="float32")
     full = np.array(m.forward(IDS))
-    cache = m.make_cache()
+    cache = m.make_cache(kind, block_size=4)
     parts = [np.array(m.forward(IDS[:5], cache))] + [np.array(m.forward([t], cache)) for t in IDS[5:]]
     assert rel_err(np.concatenate(parts), full) <= 1e-5
     assert isinstance(cache[0].key_values[0], mx.array)

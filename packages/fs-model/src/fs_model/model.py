@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from fs_kvcache import DenseKVCache
+from fs_kvcache import BlockPool, DenseKVCache, PagedKVCache
 from fs_weights import Qwen3Config
 
 from .errors import ModelError
@@ -49,10 +49,13 @@ class Model:
         self._run(tokens, 0, None, None, out)
         return {k: np.asarray(self.to_numpy(v))[0] for k, v in out.items()}
 
-    def make_cache(self, kind: str = "dense", **kw: Any) -> list[Any]:
+    def make_cache(self, kind: str = "dense", *, num_blocks: int = 1024, block_size: int = 16) -> list[Any]:
+        """One cache per layer: ``dense`` (growable, forkable) or ``paged`` (a block pool per layer)."""
         if kind == "dense":
             return [DenseKVCache() for _ in range(self.n_layers)]
-        raise ModelError(f"unknown cache kind {kind!r} (available: 'dense')")
+        if kind == "paged":
+            return [PagedKVCache(BlockPool(num_blocks, block_size)) for _ in range(self.n_layers)]
+        raise ModelError(f"unknown cache kind {kind!r} (choose 'dense' or 'paged')")
 
     @property
     def vocab_size(self) -> int:

@@ -1,0 +1,170 @@
+"""``PagedKVCache``: one sequence's keys and values in fixed-size blocks of a shared ``BlockPool``.
+
+A block table maps the sequence's positions to pool blocks (position p lives in block ``table[p // bs]`` at row
+``p % bs``). Forks share blocks by reference count; writing into a shared, partly filled block copies it first
+(copy-on-write). Attention reads through the table: ``key_values`` gathers the blocks into ``[1, H, offset, D]``.
+"""
+
+from typing import Any
+
+from .arrays import evaluate, zeros
+from .dense import _check_pair
+from .errors import KVCacheError
+
+
+class BlockPool:
+    """Fixed-size blocks with reference counts, storage allocated on first use, a hard budget of ``num_blocks``."""
+
+    def __init__(self, num_blocks: int = 1024, block_size: int = 16):
+        if type(num_blocks) is not int or num_blocks < 1 or type(block_size) is not int or block_size < 1:
+            raise KVCacheError(f"num_blocks and block_size must be positive ints, got {num_blocks!r}, {block_size!r}")
+        self.num_blocks, self.block_size = num_blocks, block_size
+        self.refs = [0] * num_blocks
+        self._free = list(range(num_blocks - 1, -1, -1))
+        self.k: Any = None
+        self.v: Any = None
+
+    @property
+    def free_blocks(self) -> int:
+        return len(self._free)
+
+    def storage_for(self, like: Any) -> None:
+        _, H, _, D = like.shape
+        if self.k is None:
+            self.k = zeros(like, (self.num_blocks, H, self.block_size, D))
+            self.v = zeros(like, (self.num_blocks, H, self.block_size, D))
+        elif (self.k.shape[1], self.k.shape[3]) != (H, D) or self.k.dtype != like.dtype:
+            raise KVCacheError(
+                f"this pool holds [*, {self.k.shape[1]}, *, {self.k.shape[3]}] {self.k.dtype} blocks; "
+                f"got {tuple(like.shape)} {like.dtype}"
+            )
+
+    def allocate(self) -> int:
+        if not self._free:
+            raise KVCacheError(
+                f"block pool exhausted: all {self.num_blocks} blocks of {self.block_size} positions "
+                "are in use (raise num_blocks or release sequences)"
+            )
+        b = self._free.pop()
+        self.refs[b] = 1
+        return b
+
+    def incref(self, b: int) -> None:
+        self.refs[b] += 1
+
+    def decref(self, b: int) -> None:
+        if self.refs[b] <= 0:
+            raise KVCacheError(f"block {b} freed twice")
+        self.refs[b] -= 1
+        if self.refs[b] == 0:
+            self._free.append(b)
+
+
+class PagedKVCache:
+    def __init__(self, pool: BlockPool):
+        self.pool = pool
+        self.table: list[int] = []
+        self.offset = 0
+        self.released = False
+
+    def _live(self) -> None:
+        if self.released:
+            raise KVCacheError("this paged cache was released; it cannot be used again")
+
+    @property
+    def key_values(self) -> tuple[Any, Any] | None:
+        self._live()
+        if not self.offset:
+            return None
+        p = self.pool
+        n = len(self.table)
+        k = p.k[_index(p.k, self.table)]  # [n, H, bs, D]
+        v = p.v[_index(p.v, self.table)]
+        H, D = k.shape[1], k.shape[3]
+        k = k.transpose(1, 0, 2, 3).reshape(1, H, n * p.block_size, D)[:, :, : self.offset]
+        v = v.transpose(1, 0, 2, 3).reshape(1, H, n * p.block_size, D)[:, :, : self.offset]
+        return k, v
+
+    def update_and_fetch(self, keys: Any, values: Any) -> tuple[Any, Any]:
+        self._live()
+        _check_pair(keys, values)
+        if keys.shape[0] != 1:
+            raise KVCacheError(f"a paged cache holds one sequence; got batch {keys.shape[0]}")
+        p, bs = self.pool, self.pool.block_size
+        p.storage_for(keys)
+        S = keys.shape[2]
+        shared_tail = self.offset % bs != 0 and p.refs[self.table[self.offset // bs]] > 1
+        needed = max(0, -(-(self.offset + S) // bs) - len(self.table)) + int(shared_tail)
+        if needed > p.free_blocks:  # refuse before touching anything
+            raise KVCacheError(
+                f"block pool exhausted: {needed} more blocks needed, {p.free_blocks} free of "
+                f"{p.num_blocks} (raise num_blocks or release sequences)"
+            )
+        pos = 0
+        while pos < S:
+            at = self.offset + pos
+            row = at % bs
+            if row == 0 and at // bs == len(self.table):
+                self.table.append(p.allocate())
+            blk = self.table[at // bs]
+            if p.refs[blk] > 1:  # shared partial block: copy on write
+                new = p.allocate()
+                p.k[new] = p.k[blk]
+                p.v[new] = p.v[blk]
+                p.decref(blk)
+                self.table[at // bs] = blk = new
+            n = min(bs - row, S - pos)
+            p.k[blk, :, row : row + n] = keys[0, :, pos : pos + n]
+            p.v[blk, :, row : row + n] = values[0, :, pos : pos + n]
+            pos += n
+        self.offset += S
+        kv = self.key_values
+        assert kv is not None
+        return kv
+
+    def trim(self, n: int) -> int:
+        self._live()
+        if type(n) is not int or n < 0 or n > self.offset:
+            raise KVCacheError(f"cannot trim {n!r} positions from a cache holding {self.offset}")
+        self.offset -= n
+        keep = -(-self.offset // self.pool.block_size)
+        for b in self.table[keep:]:
+            self.pool.decref(b)
+        del self.table[keep:]
+        return n
+
+    def fork(self) -> "PagedKVCache":
+        self._live()
+        child = PagedKVCache(self.pool)
+        child.table, child.offset = list(self.table), self.offset
+        for b in self.table:
+            self.pool.incref(b)
+        return child
+
+    def release(self) -> None:
+        """Return this sequence's blocks to the pool; exactly once."""
+        self._live()
+        for b in self.table:
+            self.pool.decref(b)
+        self.table, self.offset, self.released = [], 0, True
+
+    def materialize(self) -> tuple[Any, Any] | None:
+        kv = self.key_values
+        if kv is not None:
+            evaluate(*kv)
+        return kv
+
+    def __repr__(self) -> str:
+        return f"PagedKVCache(offset={self.offset}, blocks={self.table})"
+
+
+def _is_np(x: Any) -> bool:
+    return type(x).__module__ == "numpy"
+
+
+def _index(storage: Any, ids: list[int]) -> Any:
+    if _is_np(storage):
+        return ids
+    import mlx.core as mx
+
+    return mx.array(ids)

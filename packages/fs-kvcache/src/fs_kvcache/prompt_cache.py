@@ -1,0 +1,90 @@
+"""Save a prompt's KV state to a safetensors file and load it back, refusing a file made for another model.
+
+Layout: ``tokens`` (I64 [n]), ``layer.{i}.keys`` / ``layer.{i}.values`` ([B, H, n, D]; bfloat16 stored as its
+U16 bits), and ``__metadata__`` with ``fs_identity`` (the caller's identity string), ``fs_format``, ``fs_layers``
+and ``fs_dtype``. Written atomically.
+"""
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .errors import KVCacheError
+
+FORMAT = "fs-prompt-cache/1"
+
+
+def _to_numpy(x: Any) -> tuple[np.ndarray, str]:
+    """(numpy array, dtype name); MLX bfloat16 travels as its uint16 bit pattern."""
+    if type(x).__module__.startswith("mlx"):
+        import mlx.core as mx
+
+        if x.dtype == mx.bfloat16:
+            return np.array(x.view(mx.uint16)), "bfloat16"
+        x = np.array(x)
+    if x.dtype not in (np.float32, np.float16):
+        raise KVCacheError(f"cannot store a {x.dtype} cache")
+    return np.ascontiguousarray(x), str(x.dtype)
+
+
+def save_prompt_cache(
+    path: str | os.PathLike[str], tokens: list[int], state: list[tuple[Any, Any]], identity: str
+) -> None:
+    from safetensors.numpy import save_file
+
+    if any(k.shape[2] != len(tokens) for k, _ in state):
+        raise KVCacheError(f"every layer must hold exactly the {len(tokens)} positions of the tokens")
+    tensors: dict[str, np.ndarray] = {"tokens": np.asarray(tokens, np.int64)}
+    dtypes = set()
+    for i, (k, v) in enumerate(state):
+        (tensors[f"layer.{i}.keys"], dk), (tensors[f"layer.{i}.values"], dv) = _to_numpy(k), _to_numpy(v)
+        dtypes |= {dk, dv}
+    if len(dtypes) > 1:
+        raise KVCacheError(f"layers hold mixed dtypes {sorted(dtypes)}")
+    meta = {
+        "fs_identity": identity,
+        "fs_format": FORMAT,
+        "fs_layers": str(len(state)),
+        "fs_dtype": dtypes.pop() if dtypes else "float32",
+    }
+    target = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        save_file(tensors, tmp, metadata=meta)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def load_prompt_cache(
+    path: str | os.PathLike[str], identity: str
+) -> tuple[list[int], list[tuple[np.ndarray, np.ndarray]], str]:
+    """(tokens, per-layer (K, V) as numpy, dtype name); bfloat16 K/V come back as uint16 bit patterns.
+    Raises when the file was written for another ``identity``."""
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(str(path), framework="numpy") as f:
+            meta = f.metadata() or {}
+            if meta.get("fs_format") != FORMAT:
+                raise KVCacheError(f"{path}: not a prompt-cache file (format {meta.get('fs_format')!r})")
+            if meta.get("fs_identity") != identity:
+                raise KVCacheError(
+                    f"{path}: made for {meta.get('fs_identity')!r}, not {identity!r}; refusing to load it"
+                )
+            n = int(meta["fs_layers"])
+            layers = [(f.get_tensor(f"layer.{i}.keys"), f.get_tensor(f"layer.{i}.values")) for i in range(n)]
+            return f.get_tensor("tokens").tolist(), layers, meta["fs_dtype"]
+    except (OSError, SafetensorError, KeyError, ValueError) as e:
+        raise KVCacheError(f"{path}: not a readable prompt-cache file: {e}") from None
+
+
+def identity_string(**parts: Any) -> str:
+    """A stable identity from named parts, e.g. model path + config hash, tokenizer hash, dtype."""
+    return json.dumps(parts, sort_keys=True, default=str)

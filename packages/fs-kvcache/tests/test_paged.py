@@ -1,0 +1,142 @@
+import numpy as np
+import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from fs_kvcache import BlockPool, DenseKVCache, KVCacheError, PagedKVCache
+
+H, D = 2, 3
+
+
+def kv(vals):
+    k = np.asarray(vals, np.float32)[None, None, :, None] * np.ones((1, H, 1, D), np.float32)
+    return k, -k
+
+
+def test_paged_equals_dense_and_uses_the_block_table():
+    pool = BlockPool(num_blocks=8, block_size=4)
+    p, d = PagedKVCache(pool), DenseKVCache()
+    for chunk in ([0, 1, 2], [3, 4, 5, 6, 7, 8], [9]):
+        pk, pv = p.update_and_fetch(*kv(chunk))
+        dk, dv = d.update_and_fetch(*kv(chunk))
+        np.testing.assert_array_equal(pk, dk)
+        np.testing.assert_array_equal(pv, dv)
+    assert p.offset == 10 and len(p.table) == 3 and pool.free_blocks == 5
+
+
+def test_fork_shares_blocks_and_copies_a_partial_block_on_write():
+    pool = BlockPool(num_blocks=6, block_size=4)
+    a = PagedKVCache(pool)
+    a.update_and_fetch(*kv(range(6)))  # blocks: full [0..3], partial [4, 5]
+    b = a.fork()
+    assert b.table == a.table and pool.free_blocks == 4
+    b.update_and_fetch(*kv([100]))
+    assert b.table[0] == a.table[0] and b.table[1] != a.table[1]  # full block shared, partial one copied
+    a.update_and_fetch(*kv([200]))
+    assert a.key_values[0][0, 0, :, 0].tolist() == [0, 1, 2, 3, 4, 5, 200]
+    assert b.key_values[0][0, 0, :, 0].tolist() == [0, 1, 2, 3, 4, 5, 100]
+    a.release()
+    b.release()
+    assert pool.free_blocks == 6
+
+
+def test_budget_release_and_misuse():
+    pool = BlockPool(num_blocks=2, block_size=2)
+    c = PagedKVCache(pool)
+    c.update_and_fetch(*kv([1, 2, 3, 4]))
+    with pytest.raises(KVCacheError, match="block pool exhausted: 1 more blocks needed, 0 free of 2"):
+        c.update_and_fetch(*kv([5]))
+    c.release()
+    with pytest.raises(KVCacheError, match="released"):
+        c.update_and_fetch(*kv([1]))
+    with pytest.raises(KVCacheError, match="released"):
+        c.release()
+    d = PagedKVCache(pool)
+    with pytest.raises(KVCacheError, match="one sequence"):
+        d.update_and_fetch(np.zeros((2, H, 1, D), np.float32), np.zeros((2, H, 1, D), np.float32))
+    d.update_and_fetch(*kv([1]))
+    with pytest.raises(KVCacheError, match="this pool holds"):
+        PagedKVCache(pool).update_and_fetch(np.zeros((1, 5, 1, D), np.float32), np.zeros((1, 5, 1, D), np.float32))
+    with pytest.raises(KVCacheError, match="cannot trim 2"):
+        d.trim(2)
+
+
+class PagedMachine(RuleBasedStateMachine):
+    """Random fork / append / trim / release on paged handles: each live handle shows its own history, and when
+    every handle is released the pool's free count is back where it started (no leak, no double free)."""
+
+    @initialize()
+    def start(self):
+        self.pool = BlockPool(num_blocks=64, block_size=4)
+        self.handles = [PagedKVCache(self.pool)]
+        self.models = [[]]
+        self.counter = 0
+
+    def _pick(self, i):
+        live = [j for j, h in enumerate(self.handles) if not h.released]
+        return live[i % len(live)] if live else None
+
+    @rule(i=st.integers(0, 99), n=st.integers(1, 9))
+    def append(self, i, n):
+        j = self._pick(i)
+        if j is None or len(self.models[j]) + n > 40:
+            return
+        vals = list(range(self.counter, self.counter + n))
+        self.counter += n
+        try:
+            self.handles[j].update_and_fetch(*kv(vals))
+        except KVCacheError:
+            assert self.handles[j].offset == len(self.models[j])  # refused before touching anything
+            return
+        self.models[j] += vals
+
+    @precondition(lambda self: len(self.handles) < 10)
+    @rule(i=st.integers(0, 99))
+    def fork(self, i):
+        j = self._pick(i)
+        if j is not None:
+            self.handles.append(self.handles[j].fork())
+            self.models.append(list(self.models[j]))
+
+    @rule(i=st.integers(0, 99), n=st.integers(0, 12))
+    def trim(self, i, n):
+        j = self._pick(i)
+        if j is not None:
+            n = min(n, self.handles[j].offset)
+            self.handles[j].trim(n)
+            self.models[j] = self.models[j][: len(self.models[j]) - n]
+
+    @rule(i=st.integers(0, 99))
+    def release(self, i):
+        j = self._pick(i)
+        if j is not None:
+            self.handles[j].release()
+
+    @invariant()
+    def histories(self):
+        for h, m in zip(self.handles, self.models, strict=True):
+            if h.released:
+                continue
+            assert h.offset == len(m)
+            if m:
+                assert h.key_values[0][0, 1, :, 2].tolist() == m
+
+    @invariant()
+    def refcounts_match_tables(self):
+        counts = [0] * self.pool.num_blocks
+        for h in self.handles:
+            for b in h.table:
+                counts[b] += 1
+        assert counts == self.pool.refs
+        assert self.pool.free_blocks == counts.count(0)
+
+    def teardown(self):
+        for h in self.handles:
+            if not h.released:
+                h.release()
+        assert self.pool.free_blocks == self.pool.num_blocks
+
+
+PagedMachine.TestCase.settings = settings(max_examples=120, stateful_step_count=40, deadline=None)
+TestPagedMachine = PagedMachine.TestCase
