@@ -45,3 +45,14 @@ def prefill_flops(
     """Matmul FLOPs of one prefill of S tokens (attention scores included, logits for the last position only)."""
     per_layer = 2 * S * H * (q + 2 * kv) + 2 * S * q * H + 2 * S * H * inter * 3 + 2 * 2 * S * S * q / 2
     return L * per_layer + 2 * H * V
+
+
+def read_bandwidth_gbs(nbytes: int = 1 << 30, repeat: int = 3) -> float:
+    """Single-thread streaming read rate: sum over a 1 GiB float32 array (the batch-1 decode limit's unit)."""
+    a = np.ones(nbytes // 4, dtype=np.float32)
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        a.sum()
+        best = min(best, time.perf_counter() - t0)
+    return nbytes / best / 1e9

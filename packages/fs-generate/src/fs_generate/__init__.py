@@ -1,7 +1,7 @@
 """fs_generate: greedy and sampled generation, stop rules, streaming, KV-cached decode and the fs-generate CLI."""
 
 from .errors import GenerateError
-from .generate import Generation, GenerationStep, generate, stream_generate
+from .generate import Generation, GenerationStep, generate, generate_batch, stream_generate
 from .resolve import load, resolve_model_path
 from .sampling import SamplingParams
 
@@ -12,6 +12,7 @@ __all__ = [
     "GenerationStep",
     "SamplingParams",
     "generate",
+    "generate_batch",
     "load",
     "resolve_model_path",
     "stream_generate",

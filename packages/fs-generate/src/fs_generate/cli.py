@@ -9,6 +9,8 @@ import json
 import resource
 import sys
 import time
+from collections.abc import Callable
+from typing import Any
 
 from fs_model import ModelError
 from fs_tokenizer import TokenizerError
@@ -60,6 +62,15 @@ def parser() -> argparse.ArgumentParser:
     return ap
 
 
+def progress_bar(stream: Any, width: int = 30) -> Callable[[int, int], None]:
+    def show(done: int, total: int) -> None:
+        filled = width * done // total
+        stream.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} tensors")
+        stream.flush()
+
+    return show
+
+
 def peak_memory_gb() -> float:
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return rss / (1 << 30) if sys.platform == "darwin" else rss / (1 << 20)
@@ -72,8 +83,14 @@ def main(argv: list[str] | None = None) -> int:
         prompt_text = sys.stdin.read() if args.prompt == "-" else args.prompt
         t0 = time.perf_counter()
         print(f"loading {args.model} ({args.backend}) ...", end="", file=err, flush=True)
-        model, tok = load(args.model, backend=args.backend, dtype=args.dtype)
-        print(f" {time.perf_counter() - t0:.1f}s", file=err, flush=True)
+        bar = progress_bar(err) if err.isatty() else None
+        model, tok = load(args.model, backend=args.backend, dtype=args.dtype, progress=bar)
+        print(f"{' done' if bar else ''} {time.perf_counter() - t0:.1f}s", file=err, flush=True)
+        if model.config.vocab_size < 1024:
+            print(
+                "note: this is a tiny model; for real output pass --model Qwen/Qwen3-0.6B or a local Qwen3 directory",
+                file=err,
+            )
         prompt: str | list[int] = prompt_text
         if args.chat:
             messages = ([{"role": "system", "content": args.system}] if args.system else []) + [

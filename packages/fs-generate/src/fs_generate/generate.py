@@ -70,7 +70,8 @@ def prompt_ids(model: Any, tokenizer: Any, prompt: str | Sequence[int]) -> list[
 
 
 class Generator:
-    """One request's state; ``steps()`` runs it. Kept small so the batch path can reuse the same rules."""
+    """One request's state and rules. ``steps()`` runs it alone; ``generate_batch`` drives several through
+    ``start`` / ``accept`` with one forward pass per step for all of them."""
 
     def __init__(
         self,
@@ -89,6 +90,7 @@ class Generator:
         repetition_penalty: float | None = None,
         context_limit: int | None = None,
         use_cache: bool = True,
+        prefix_cache: Any = None,
     ):
         if type(max_new_tokens) is not int or max_new_tokens < 0:
             raise GenerateError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
@@ -104,81 +106,101 @@ class Generator:
             limit = min(limit, context_limit)
         if len(self.prompt) > limit:
             raise GenerateError(f"prompt is {len(self.prompt)} tokens, longer than the context limit of {limit}")
-        self.limit, self.max_new, self.use_cache = limit, max_new_tokens, use_cache
-        self.rng = np.random.default_rng(seed) if seed is not None else np.random.default_rng()
+        if prefix_cache is not None and not use_cache:
+            raise GenerateError("prefix_cache needs use_cache=True")
+        self.limit, self.max_new, self.use_cache, self.prefix_cache = limit, max_new_tokens, use_cache, prefix_cache
+        self.rng = np.random.default_rng(seed)
         self.result = Generation([], "", "length", prompt_ids=list(self.prompt))
+        self.seq = list(self.prompt)
+        self.decoder = _decoder(tokenizer)
+        self.done = False
+        self.reused = 0  # prompt tokens whose prefill a prefix cache saved
+        self._t0 = 0.0
+
+    # --- the rules, one token at a time ---------------------------------------------------------------------
+
+    def start(self) -> bool:
+        """False when the request ends before any forward pass (zero budget, prompt already at the limit)."""
+        if self.max_new == 0 or len(self.prompt) >= self.limit:
+            self.result.finish_reason = "length" if self.max_new == 0 else "context"
+            self.done = True
+            return False
+        return True
+
+    def accept(self, logits: np.ndarray) -> GenerationStep:
+        """Choose the next token from ``logits [V]`` and apply every stop rule; sets ``done`` at the end."""
+        r = self.result
+        token = choose(logits, self.params, self.rng, self.seq)
+        lp = logprob(logits, token)
+        if token in self.eos:
+            r.finish_reason, r.eos_token_id = "eos", token
+            return self._finish(GenerationStep(token, "", lp, "eos"))
+        r.token_ids.append(token)
+        r.logprobs.append(lp)
+        self.seq.append(token)
+        delta = self.decoder.push(token) if self.decoder is not None else ""
+        before = len(r.text)
+        r.text += delta
+        cut = self.stops.find(r.text, before) if self.stops.stop else None
+        if cut is not None:
+            r.finish_reason = "stop"
+            step = self._finish(GenerationStep(token, delta, lp, "stop"))
+            r.text = r.text[:cut]
+            return step
+        if len(r.token_ids) >= self.max_new or len(self.seq) >= self.limit:
+            r.finish_reason = "length" if len(r.token_ids) >= self.max_new else "context"
+            return self._finish(GenerationStep(token, delta, lp, r.finish_reason))
+        return GenerationStep(token, delta, lp)
+
+    def _finish(self, step: GenerationStep) -> GenerationStep:
+        tail = self.decoder.flush() if self.decoder is not None else ""
+        self.result.text += tail
+        self.result.generation_seconds = time.perf_counter() - self._t0
+        self.done = True
+        return GenerationStep(step.token_id, step.text + tail, step.logprob, step.finish_reason)
+
+    # --- running one request --------------------------------------------------------------------------------
 
     def _logits(self, feed: list[int], caches: list[Any] | None, offset: int) -> np.ndarray:
         self.result.forward_passes += 1
-        out = self.model(self._tokens(feed), offset, caches, logits_to_keep=1)
+        out = self.model(_tokens(self.model, [feed]), offset, caches, logits_to_keep=1)
         return np.asarray(_numpy(out)[0, -1], dtype=np.float32)
 
-    def _tokens(self, ids: list[int]) -> Any:
-        make = getattr(self.model, "tokens_array", None)
-        return make(ids) if make is not None else np.asarray([ids], dtype=np.int64)
+    def _prefill(self) -> tuple[np.ndarray, list[Any] | None]:
+        if not self.use_cache:
+            return self._logits(self.prompt, None, 0), None
+        caches, start = self.model.make_cache(), 0
+        if self.prefix_cache is not None:
+            from fs_kvcache import DenseKVCache
 
-    def _prefill(self, caches: list[Any] | None) -> np.ndarray:
-        if caches is None:
-            return self._logits(self.prompt, None, 0)
+            n, state = self.prefix_cache.match(self.prompt[:-1])  # the last prompt token must be fed for logits
+            if n:
+                caches, start = [DenseKVCache(key_values=kv) for kv in state], n
+        self.reused = start
         logits = None
-        for start in range(0, len(self.prompt), PREFILL_CHUNK):
-            logits = self._logits(self.prompt[start : start + PREFILL_CHUNK], caches, start)
+        for at in range(start, len(self.prompt), PREFILL_CHUNK):
+            logits = self._logits(self.prompt[at : at + PREFILL_CHUNK], caches, at)
+        if self.prefix_cache is not None:
+            self.prefix_cache.insert(self.prompt, [c.key_values for c in caches])
         assert logits is not None
-        return logits
+        return logits, caches
 
     def steps(self) -> Iterator[GenerationStep]:
-        r = self.result
-        if self.max_new == 0:
-            r.finish_reason = "length"
+        if not self.start():
             return
-        if len(self.prompt) >= self.limit:
-            r.finish_reason = "context"
-            return
-        decoder = _decoder(self.tokenizer)
-        caches = self.model.make_cache() if self.use_cache else None
         t0 = time.perf_counter()
-        logits = self._prefill(caches)
-        r.prompt_seconds = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        seq = list(self.prompt)
+        logits, caches = self._prefill()
+        self.result.prompt_seconds = time.perf_counter() - t0
+        self._t0 = time.perf_counter()
         while True:
-            token = choose(logits, self.params, self.rng, seq)
-            if token in self.eos:
-                r.finish_reason, r.eos_token_id = "eos", token
-                r.generation_seconds = time.perf_counter() - t0
-                tail = decoder.flush() if decoder is not None else ""
-                r.text += tail
-                yield GenerationStep(token, tail, logprob(logits, token), "eos")
+            step = self.accept(logits)
+            yield step
+            if self.done:
                 return
-            lp = logprob(logits, token)
-            r.token_ids.append(token)
-            r.logprobs.append(lp)
-            seq.append(token)
-            delta = decoder.push(token) if decoder is not None else ""
-            before = len(r.text)
-            r.text += delta
-            finish = None
-            cut = self.stops.find(r.text, before) if self.stops.stop else None
-            if cut is not None:
-                finish = "stop"
-            elif len(r.token_ids) >= self.max_new:
-                finish = "length"
-            elif len(seq) >= self.limit:
-                finish = "context"
-            if finish is not None:
-                tail = decoder.flush() if decoder is not None else ""
-                r.text += tail
-                r.finish_reason = finish
-                r.generation_seconds = time.perf_counter() - t0
-                if cut is not None:
-                    yield GenerationStep(token, delta + tail, lp, finish)
-                    r.text = r.text[:cut]
-                    return
-                yield GenerationStep(token, delta + tail, lp, finish)
-                return
-            yield GenerationStep(token, delta, lp)
-            cached = caches is not None
-            logits = self._logits([token], caches, len(seq) - 1) if cached else self._logits(seq, None, 0)
+            if caches is not None:
+                logits = self._logits([step.token_id], caches, len(self.seq) - 1)
+            else:
+                logits = self._logits(self.seq, None, 0)
 
 
 def stream_generate(model: Any, tokenizer: Any, prompt: str | Sequence[int], **kw: Any) -> Iterator[GenerationStep]:
@@ -193,6 +215,49 @@ def generate(model: Any, tokenizer: Any, prompt: str | Sequence[int], *, max_new
     for _ in g.steps():
         pass
     return g.result
+
+
+def generate_batch(
+    model: Any, tokenizer: Any, prompts: Sequence[str | Sequence[int]], *, max_new_tokens: int, **kw: Any
+) -> list[Generation]:
+    """Several prompts decoded together: one forward pass per step for the whole batch (prompts left-padded to a
+    common length; padding is invisible to attention and to positions), each with its own stop rules. Token
+    for token the same as calling ``generate`` on each prompt. ``seed`` seeds every row's generator alike."""
+    if isinstance(prompts, str) or not prompts:
+        raise GenerateError("generate_batch needs a non-empty list of prompts")
+    gens = [Generator(model, tokenizer, p, max_new_tokens=max_new_tokens, **kw) for p in prompts]
+    if any(not g.use_cache or g.prefix_cache is not None for g in gens):
+        raise GenerateError("generate_batch always uses the KV cache and no prefix cache")
+    live = [g for g in gens if g.start()]
+    if not live:
+        return [g.result for g in gens]
+    P = max(len(g.prompt) for g in live)
+    pad = [P - len(g.prompt) for g in live]
+    caches = model.make_cache()
+    t0 = time.perf_counter()
+    rows = [[0] * p + g.prompt for p, g in zip(pad, live, strict=True)]
+    logits = np.asarray(_numpy(model(_tokens(model, rows), 0, caches, logits_to_keep=1, pad=pad))[:, -1], np.float32)
+    for g in live:
+        g.result.prompt_seconds, g._t0, g.result.forward_passes = time.perf_counter() - t0, time.perf_counter(), 1
+    offset = P
+    while True:
+        feed = []
+        for g, z in zip(live, logits, strict=True):
+            feed.append(g.accept(z).token_id if not g.done else 0)  # finished rows feed a dummy token
+        if all(g.done for g in live) or offset >= model.config.max_position_embeddings + min(pad):
+            break
+        out = model(_tokens(model, [[t] for t in feed]), offset, caches, logits_to_keep=1, pad=pad)
+        logits = np.asarray(_numpy(out)[:, -1], dtype=np.float32)
+        for g in live:
+            if not g.done:
+                g.result.forward_passes += 1
+        offset += 1
+    return [g.result for g in gens]
+
+
+def _tokens(model: Any, rows: list[list[int]]) -> Any:
+    make = getattr(model, "tokens_array", None)
+    return make(rows) if make is not None else np.asarray(rows, dtype=np.int64)
 
 
 def _decoder(tokenizer: Any) -> Any:

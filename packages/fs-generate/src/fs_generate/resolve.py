@@ -57,10 +57,12 @@ def resolve_model_path(model: str) -> Path:
         ) from None
 
 
-def load(model: str, *, backend: str = "numpy", dtype: str | None = None) -> tuple[Any, Tokenizer]:
+def load(
+    model: str, *, backend: str = "numpy", dtype: str | None = None, progress: Any = None
+) -> tuple[Any, Tokenizer]:
     path = resolve_model_path(model)
     try:
         tok = Tokenizer.from_pretrained(path)
-        return load_model(path, backend=backend, dtype=dtype), tok
+        return load_model(path, backend=backend, dtype=dtype, progress=progress), tok
     except (ModelError, TokenizerError) as e:
         raise GenerateError(str(e)) from None

@@ -49,7 +49,7 @@ class DenseKVCache:
 
     def _reallocate(self, like: Any, needed: int) -> None:
         old = self._buf[0].shape[2] if self._buf is not None else 0
-        cap = max(needed, 2 * old, STEP)
+        cap = max(needed + needed // 4, 2 * old, STEP)  # headroom: a prefill is followed by decode steps
         cap = -(-cap // STEP) * STEP
         B, H, _, D = like.shape
         bk, bv = zeros(like, (B, H, cap, D)), zeros(like, (B, H, cap, D))

@@ -1,6 +1,7 @@
 """``load_model``: config -> cross-check -> supported? -> weights -> backend. Every refusal happens before compute."""
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -30,9 +31,16 @@ def check_supported(c: Qwen3Config) -> None:
             raise ModelError(f"{c.source}: {key!r} present: mixture-of-experts checkpoints are not supported")
 
 
-def load_model(path: str | os.PathLike[str], *, backend: str = "numpy", dtype: str | None = None) -> Model:
+def load_model(
+    path: str | os.PathLike[str],
+    *,
+    backend: str = "numpy",
+    dtype: str | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> Model:
     """``path`` is a model directory. ``dtype``: numpy computes in float32 (only "float32" accepted);
-    MLX defaults to the checkpoint's dtype and accepts "float32", "bfloat16", "float16"."""
+    MLX defaults to the checkpoint's dtype and accepts "float32", "bfloat16", "float16".
+    ``progress(done, total)`` is called as tensors are loaded."""
     p = Path(path)
     if backend not in BACKENDS:
         raise ModelError(f"unknown backend {backend!r} (choose from {', '.join(BACKENDS)})")
@@ -50,11 +58,16 @@ def load_model(path: str | os.PathLike[str], *, backend: str = "numpy", dtype: s
             raise ModelError(f"the numpy backend computes in float32; dtype={dtype!r} is not available")
         from .numpy import NumpyModel
 
-        weights = {n: _float32(ckpt, n) for n in ckpt.names() if not n.endswith((".scales", ".biases"))}
+        names = [n for n in ckpt.names() if not n.endswith((".scales", ".biases"))]
+        weights = {}
+        for i, n in enumerate(names, 1):
+            weights[n] = _float32(ckpt, n)
+            if progress is not None:
+                progress(i, len(names))
         return NumpyModel(config, weights, str(p))
     from .mlx import MlxModel
 
-    return MlxModel.from_checkpoint(config, ckpt, dtype, str(p))
+    return MlxModel.from_checkpoint(config, ckpt, dtype, str(p), progress)
 
 
 def _float32(ckpt: Checkpoint, name: str) -> np.ndarray:

@@ -28,10 +28,19 @@ class Model:
     # --- the contract ---------------------------------------------------------------------------------------
 
     def __call__(
-        self, tokens: Any, offset: int = 0, caches: Sequence[Any] | None = None, logits_to_keep: int | None = None
+        self,
+        tokens: Any,
+        offset: int = 0,
+        caches: Sequence[Any] | None = None,
+        logits_to_keep: int | None = None,
+        pad: Sequence[int] | None = None,
     ) -> Any:
-        self._check(tokens, offset, caches, logits_to_keep)
-        return self._run(tokens, offset, caches, logits_to_keep, None)
+        """``pad[b]`` (optional): row b is left-padded by that many cache positions, which no query sees and which
+        do not count as positions - how prompts of different lengths share one batch."""
+        self._check(tokens, offset, caches, logits_to_keep, pad)
+        if pad is None:
+            return self._run(tokens, offset, caches, logits_to_keep, None)
+        return self._run(tokens, offset, caches, logits_to_keep, None, pad=np.asarray(pad, dtype=np.int64))
 
     def forward(self, token_ids: Any, cache: Sequence[Any] | None = None) -> Any:
         """Logits ``[S, V]`` for the new tokens at positions ``cache.offset ...`` (0 without a cache)."""
@@ -73,7 +82,9 @@ class Model:
             raise ModelError(f"token ids must be integers, got dtype {ids.dtype}")
         return ids.tolist()
 
-    def _check(self, tokens: Any, offset: int, caches: Sequence[Any] | None, keep: int | None) -> tuple[int, int]:
+    def _check(
+        self, tokens: Any, offset: int, caches: Sequence[Any] | None, keep: int | None, pad: Sequence[int] | None = None
+    ) -> tuple[int, int]:
         arr = np.asarray(self.to_numpy(tokens))
         if arr.ndim != 2:
             raise ModelError(f"tokens must be [B, S], got shape {arr.shape}")
@@ -90,7 +101,12 @@ class Model:
             )
         if (type(offset) is not int and not isinstance(offset, np.integer)) or offset < 0:
             raise ModelError(f"offset must be a non-negative int, got {offset!r}")
-        if offset + S > self.config.max_position_embeddings:
+        shift = 0
+        if pad is not None:
+            if len(pad) != B or not all(type(p) is int and 0 <= p <= offset + S for p in pad):
+                raise ModelError(f"pad must be {B} ints in [0, {offset + S}], got {list(pad)!r}")
+            shift = min(pad)
+        if offset + S - shift > self.config.max_position_embeddings:
             raise ModelError(
                 f"positions {offset}..{offset + S - 1} exceed max_position_embeddings "
                 f"{self.config.max_position_embeddings}"
@@ -118,6 +134,12 @@ class Model:
         return x
 
     def _run(
-        self, tokens: Any, offset: int, caches: Sequence[Any] | None, keep: int | None, trace: dict[str, Any] | None
+        self,
+        tokens: Any,
+        offset: int,
+        caches: Sequence[Any] | None,
+        keep: int | None,
+        trace: dict[str, Any] | None,
+        pad: np.ndarray | None = None,
     ) -> Any:
         raise NotImplementedError

@@ -57,7 +57,7 @@ class Block:
         )
         self.theta, self.scale = c.rope_theta, c.dim_head**-0.5
 
-    def attention(self, x: mx.array, offset: int, cache: Any) -> mx.array:
+    def attention(self, x: mx.array, offset: Any, cache: Any, mask: Any) -> mx.array:
         B, S, _ = x.shape
         w = self.w
         q = mx.fast.rms_norm(w["q_proj"](x).reshape(B, S, self.nh, self.D), w["q_norm"], self.eps)
@@ -68,12 +68,12 @@ class Block:
         k = mx.fast.rope(k, self.D, traditional=False, base=self.theta, scale=1.0, offset=offset)
         if cache is not None:
             k, v = cache.update_and_fetch(k, v)
-        out = mx.fast.scaled_dot_product_attention(q, k, v, scale=self.scale, mask="causal" if S > 1 else None)
+        out = mx.fast.scaled_dot_product_attention(q, k, v, scale=self.scale, mask=mask)
         return w["o_proj"](out.transpose(0, 2, 1, 3).reshape(B, S, self.nh * self.D))
 
-    def __call__(self, x: mx.array, offset: int, cache: Any) -> mx.array:
+    def __call__(self, x: mx.array, offset: Any, cache: Any, mask: Any) -> mx.array:
         w = self.w
-        x = x + self.attention(mx.fast.rms_norm(x, w["input_layernorm"], self.eps), offset, cache)
+        x = x + self.attention(mx.fast.rms_norm(x, w["input_layernorm"], self.eps), offset, cache, mask)
         h = mx.fast.rms_norm(x, w["post_attention_layernorm"], self.eps)
         return x + w["down_proj"](nn_silu(w["gate_proj"](h)) * w["up_proj"](h))
 
@@ -99,15 +99,18 @@ class MlxModel(Model):
             )
 
     @classmethod
-    def from_checkpoint(cls, config: Qwen3Config, ckpt: Checkpoint, dtype: str | None, path: str) -> "MlxModel":
+    def from_checkpoint(
+        cls, config: Qwen3Config, ckpt: Checkpoint, dtype: str | None, path: str, progress: Any = None
+    ) -> "MlxModel":
         name = dtype or _stored_dtype(ckpt)
         if name not in DTYPES:
             raise ModelError(f"dtype {name!r} is not available on the MLX backend (choose from {', '.join(DTYPES)})")
         dt = DTYPES[name]
         weights: dict[str, Any] = {}
-        for n in ckpt.names():
-            if n.endswith((".scales", ".biases")):
-                continue
+        names = [n for n in ckpt.names() if not n.endswith((".scales", ".biases"))]
+        for i, n in enumerate(names, 1):
+            if progress is not None:
+                progress(i, len(names))
             base = n.removesuffix(".weight")
             if ckpt.is_quantized(n):
                 bits, group = ckpt.quant_params(n)
@@ -134,14 +137,29 @@ class MlxModel(Model):
         return x
 
     def _run(
-        self, tokens: Any, offset: int, caches: Sequence[Any] | None, keep: int | None, trace: dict[str, Any] | None
+        self,
+        tokens: Any,
+        offset: int,
+        caches: Sequence[Any] | None,
+        keep: int | None,
+        trace: dict[str, Any] | None,
+        pad: np.ndarray | None = None,
     ) -> mx.array:
         tokens = tokens if isinstance(tokens, mx.array) else mx.array(np.asarray(tokens), dtype=mx.int32)
         x = self.embed.rows(tokens).astype(self.dtype)
         if trace is not None:
             trace["embedding"] = x
+        S = tokens.shape[1]
+        rope_offset: Any = int(offset)
+        mask: Any = "causal" if S > 1 else None
+        if pad is not None:  # per-row positions and a mask hiding each row's left padding
+            rope_offset = mx.array((int(offset) - pad).tolist())
+            T = int(offset) + S
+            keys, queries = np.arange(T), np.arange(int(offset), T)
+            visible = (keys[None, None, :] <= queries[None, :, None]) & (keys[None, None, :] >= pad[:, None, None])
+            mask = mx.array(visible[:, None])  # [B, 1, S, T], True = attend
         for i, block in enumerate(self.blocks):
-            x = block(x, int(offset), caches[i] if caches is not None else None)
+            x = block(x, rope_offset, caches[i] if caches is not None else None, mask)
             if trace is not None:
                 trace[f"block.{i}"] = x
         if keep is not None:

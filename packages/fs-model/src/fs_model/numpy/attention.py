@@ -8,6 +8,9 @@ import numpy as np
 from .norm import rms_norm
 from .rope import RoPE
 
+# Finite, so a query with no visible key (a left-padding row) gets a harmless uniform average, not NaN.
+MASKED = np.float32(-1e30)
+
 
 class Attention:
     def __init__(self, w: dict[str, np.ndarray], nh: int, nkv: int, D: int, eps: float, rope: RoPE):
@@ -16,7 +19,9 @@ class Attention:
         self.nh, self.nkv, self.D, self.eps, self.rope = nh, nkv, D, eps, rope
         self.scale = np.float32(D**-0.5)
 
-    def __call__(self, x: np.ndarray, offset: int, tables: tuple[np.ndarray, np.ndarray], cache=None) -> np.ndarray:
+    def __call__(
+        self, x: np.ndarray, tables: tuple[np.ndarray, np.ndarray], cache=None, pad: np.ndarray | None = None
+    ) -> np.ndarray:
         B, S, _ = x.shape
         q = (x @ self.wq.T).reshape(B, S, self.nh, self.D)
         k = (x @ self.wk.T).reshape(B, S, self.nkv, self.D)
@@ -32,8 +37,11 @@ class Attention:
         qg = q.reshape(B, self.nkv, G, S, self.D)  # query heads h = g·G + j share kv head g
         scores = (qg @ k[:, :, None].swapaxes(-1, -2)) * self.scale  # [B, nkv, G, S, T]
         if S > 1:
-            past = T - S  # query i sits at absolute position past + i and sees keys 0 .. past + i
-            scores = np.where(np.arange(T) <= past + np.arange(S)[:, None], scores, np.float32(-np.inf))
+            past = T - S  # query i sits at cache position past + i and sees keys 0 .. past + i
+            scores = np.where(np.arange(T) <= past + np.arange(S)[:, None], scores, MASKED)
+        if pad is not None:  # row b's first pad[b] cache positions are left padding: no query may see them
+            visible = np.arange(T) >= pad[:, None]  # [B, T]
+            scores = np.where(visible[:, None, None, None, :], scores, MASKED)
         scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
         probs = scores / scores.sum(axis=-1, keepdims=True)
         out = (probs @ v[:, :, None]).reshape(B, self.nh, S, self.D)

@@ -12,6 +12,6 @@ class Block:
         self.attn, self.mlp = attention, MLP(w)
         self.norm1, self.norm2, self.eps = w["input_layernorm"], w["post_attention_layernorm"], eps
 
-    def __call__(self, x: np.ndarray, offset: int, tables, cache=None) -> np.ndarray:
-        x = x + self.attn(rms_norm(x, self.norm1, self.eps), offset, tables, cache)
+    def __call__(self, x: np.ndarray, tables, cache=None, pad: np.ndarray | None = None) -> np.ndarray:
+        x = x + self.attn(rms_norm(x, self.norm1, self.eps), tables, cache, pad)
         return x + self.mlp(rms_norm(x, self.norm2, self.eps))

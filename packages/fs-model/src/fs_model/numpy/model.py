@@ -36,15 +36,24 @@ class NumpyModel(Model):
             self.blocks.append(Block(w, attn, c.rms_norm_eps))
 
     def _run(
-        self, tokens: Any, offset: int, caches: Sequence[Any] | None, keep: int | None, trace: dict[str, Any] | None
+        self,
+        tokens: Any,
+        offset: int,
+        caches: Sequence[Any] | None,
+        keep: int | None,
+        trace: dict[str, Any] | None,
+        pad: np.ndarray | None = None,
     ) -> np.ndarray:
         tokens = np.asarray(tokens, dtype=np.int64)
         x = self.embed[tokens].astype(np.float32)
         if trace is not None:
             trace["embedding"] = x
-        tables = self.rope.tables(offset, tokens.shape[1])
+        positions = np.arange(offset, offset + tokens.shape[1])
+        if pad is not None:  # a real token's position is its cache position minus its row's padding
+            positions = np.maximum(positions[None, None, :] - pad[:, None, None], 0)  # [B, 1, S]
+        tables = self.rope.tables(positions)
         for i, block in enumerate(self.blocks):
-            x = block(x, offset, tables, caches[i] if caches is not None else None)
+            x = block(x, tables, caches[i] if caches is not None else None, pad)
             if trace is not None:
                 trace[f"block.{i}"] = x
         if keep is not None:
