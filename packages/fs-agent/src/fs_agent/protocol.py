@@ -1,0 +1,76 @@
+"""Day 1: the tool protocol. A model's whole response is exactly one JSON object: a final answer or a tool call."""
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+Message = dict[str, str]
+
+
+class AgentError(ValueError):
+    """A recoverable error the model caused; the loop shows it to the model as ``error: <message>``."""
+
+
+@dataclass(frozen=True)
+class FinalAction:
+    final: str
+
+
+@dataclass(frozen=True)
+class ToolAction:
+    tool: str
+    arguments: dict[str, Any]
+
+
+TOOL_FIELDS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
+    "list_files": (frozenset(), frozenset({"path"})),
+    "read_file": (frozenset({"path"}), frozenset()),
+    "write_file": (frozenset({"path", "content"}), frozenset()),
+    "edit_file": (frozenset({"path", "old", "new"}), frozenset()),
+    "run_command": (frozenset({"argv"}), frozenset()),
+}
+
+
+def parse_action(response: str, available_tools: Any = None) -> FinalAction | ToolAction:
+    try:
+        data = json.loads(response)
+    except (json.JSONDecodeError, TypeError) as e:
+        raise AgentError(f"response is not valid JSON: {e}") from None
+    if not isinstance(data, dict):
+        raise AgentError("response must be a JSON object")
+    if "final" in data:
+        if set(data) != {"final"} or not isinstance(data["final"], str):
+            raise AgentError("final action must contain only a string 'final' field")
+        if not data["final"].strip():
+            raise AgentError("final response must not be empty")
+        return FinalAction(data["final"])
+    tool = data.get("tool")
+    if not isinstance(tool, str):
+        raise AgentError("tool action requires a string 'tool' field")
+    if tool not in TOOL_FIELDS:
+        raise AgentError(f"unknown tool: {tool}")
+    if available_tools is not None and tool not in available_tools:
+        raise AgentError(f"tool is not enabled: {tool}")
+    required, optional = TOOL_FIELDS[tool]
+    args = {k: v for k, v in data.items() if k != "tool"}
+    missing = sorted(required - set(args))
+    if missing:
+        raise AgentError(f"missing fields for {tool}: {', '.join(missing)}")
+    extra = sorted(set(args) - required - optional)
+    if extra:
+        raise AgentError(f"unexpected fields for {tool}: {', '.join(extra)}")
+    if "path" in args and not isinstance(args["path"], str):
+        raise AgentError("path must be a string")
+    for name in ("content", "old", "new"):
+        if name in args and not isinstance(args[name], str):
+            raise AgentError(f"{name} must be a string")
+    if tool == "run_command":
+        argv = args["argv"]
+        if not isinstance(argv, list) or not argv or not all(isinstance(a, str) and a for a in argv):
+            raise AgentError("argv must be a non-empty array of non-empty strings")
+    return ToolAction(tool, args)
+
+
+def action_json(action: ToolAction) -> str:
+    """Compact sorted-key JSON of ``{"tool": ..., **arguments}`` (signatures, status cards)."""
+    return json.dumps({"tool": action.tool, **action.arguments}, sort_keys=True, separators=(",", ":"))
