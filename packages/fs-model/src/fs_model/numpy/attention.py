@@ -5,6 +5,7 @@ Shapes: x [B, S, H] -> q [B, nh, S, D], k/v [B, nkv, S, D]; each group of nh/nkv
 
 import numpy as np
 
+from .mlp import linear
 from .norm import rms_norm
 from .rope import RoPE
 
@@ -23,9 +24,9 @@ class Attention:
         self, x: np.ndarray, tables: tuple[np.ndarray, np.ndarray], cache=None, pad: np.ndarray | None = None
     ) -> np.ndarray:
         B, S, _ = x.shape
-        q = (x @ self.wq.T).reshape(B, S, self.nh, self.D)
-        k = (x @ self.wk.T).reshape(B, S, self.nkv, self.D)
-        v = (x @ self.wv.T).reshape(B, S, self.nkv, self.D)
+        q = linear(x, self.wq).reshape(B, S, self.nh, self.D)
+        k = linear(x, self.wk).reshape(B, S, self.nkv, self.D)
+        v = linear(x, self.wv).reshape(B, S, self.nkv, self.D)
         q = rms_norm(q, self.q_norm, self.eps).transpose(0, 2, 1, 3)
         k = rms_norm(k, self.k_norm, self.eps).transpose(0, 2, 1, 3)
         v = v.transpose(0, 2, 1, 3)
@@ -45,4 +46,4 @@ class Attention:
         scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
         probs = scores / scores.sum(axis=-1, keepdims=True)
         out = (probs @ v[:, :, None]).reshape(B, self.nh, S, self.D)
-        return out.transpose(0, 2, 1, 3).reshape(B, S, self.nh * self.D) @ self.wo.T
+        return linear(out.transpose(0, 2, 1, 3).reshape(B, S, self.nh * self.D), self.wo)

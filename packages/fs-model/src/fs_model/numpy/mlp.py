@@ -3,6 +3,12 @@
 import numpy as np
 
 
+def linear(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """``x @ wᵀ`` for x [..., in] and w [out, in], as ONE matrix product: numpy would otherwise run a separate
+    matrix-vector product per leading index (re-reading w B times for a batch of B single-token rows)."""
+    return (x.reshape(-1, x.shape[-1]) @ w.T).reshape(*x.shape[:-1], w.shape[0])
+
+
 def silu(z: np.ndarray) -> np.ndarray:
     with np.errstate(over="ignore"):  # exp(-z) -> inf for z << 0 gives z / inf = -0, which is right
         return z / (np.float32(1.0) + np.exp(-z))
@@ -13,4 +19,4 @@ class MLP:
         self.gate, self.up, self.down = w["gate_proj"], w["up_proj"], w["down_proj"]
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
-        return (silu(x @ self.gate.T) * (x @ self.up.T)) @ self.down.T
+        return linear(silu(linear(x, self.gate)) * linear(x, self.up), self.down)

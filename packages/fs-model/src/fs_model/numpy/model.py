@@ -13,6 +13,7 @@ from fs_weights import Qwen3Config
 from ..model import Model
 from .attention import Attention
 from .block import Block
+from .mlp import linear
 from .norm import rms_norm
 from .rope import RoPE
 
@@ -59,7 +60,7 @@ class NumpyModel(Model):
         if keep is not None:
             x = x[:, -keep:]
         x = rms_norm(x, self.norm, self.eps)
-        logits = x @ self.lm_head.T
+        logits = linear(x, self.lm_head)
         if trace is not None:
             trace["final_norm"], trace["logits"] = x, logits
         return logits

@@ -1,0 +1,52 @@
+"""Plots for docs/performance.md from the recorded numbers in docs/data/results.json.
+
+uv run --group bench python benchmarks/plot_results.py
+"""
+
+import json
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def bars(ax, data: dict[str, float], title: str, unit: str) -> None:
+    names, values = list(data), list(data.values())
+    ax.barh(names, values, color=["#2b6cb0" if n.startswith("fs") else "#a0aec0" for n in names])
+    for i, v in enumerate(values):
+        ax.text(v, i, f" {v:g}", va="center")
+    ax.set_title(title)
+    ax.set_xlabel(unit)
+    ax.invert_yaxis()
+
+
+def main() -> None:
+    r = json.loads((ROOT / "docs/data/results.json").read_text())
+    out = ROOT / "docs/img"
+    out.mkdir(exist_ok=True)
+    fig, axes = plt.subplots(1, 3, figsize=(15, 3.2))
+    bars(axes[0], r["prefill_128_tok_s"], "Qwen3-0.6B shapes: prefill, 128 tokens", "tokens/s")
+    bars(axes[1], r["decode_tok_s"]["float32"], "decode, float32", "tokens/s")
+    bars(axes[2], r["decode_tok_s"]["bfloat16"], "decode, bfloat16", "tokens/s")
+    fig.suptitle(r["machine"], fontsize=8, y=0.02)
+    fig.tight_layout()
+    fig.savefig(out / "model_speed.png", dpi=110)
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3))
+    ctx = r["cached_decode_ms_per_token"]
+    axes[0].plot([int(c) for c in ctx], list(ctx.values()), marker="o")
+    axes[0].set_xscale("log", base=2)
+    axes[0].set_title("cached decode cost vs context (numpy, f32)")
+    axes[0].set_xlabel("context tokens")
+    axes[0].set_ylabel("ms / token")
+    bars(axes[1], r["tokenizer_mb_s"]["pydoc_data.topics"], "encode, one thread (pydoc topics)", "MB/s")
+    fig.tight_layout()
+    fig.savefig(out / "cache_and_tokenizer.png", dpi=110)
+    print(f"wrote {out}/model_speed.png and cache_and_tokenizer.png")
+
+
+if __name__ == "__main__":
+    main()
