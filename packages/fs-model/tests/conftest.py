@@ -1,5 +1,3 @@
-import importlib
-import os
 import sys
 from pathlib import Path
 
@@ -15,13 +13,3 @@ def checkpoints(tmp_path_factory):
     """name -> float32 checkpoint dir, written once per session."""
     root = tmp_path_factory.mktemp("ckpt")
     return {n: write_random_checkpoint(root / n, config(n), seed=i, dtype="float32") for i, n in enumerate(KNOBS)}
-
-
-@pytest.fixture(scope="session")
-def reference():
-    def load(module: str):
-        if os.environ.get("FS_REQUIRE_REFERENCE") == "1":
-            return importlib.import_module(module)
-        return pytest.importorskip(module, reason=f"{module} is the reference here; run `nox -s parity`")
-
-    return load

@@ -3,13 +3,11 @@
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from fs_kvcache import DenseKVCache
 
 from .checkpoint import AgentCheckpoint, ModelCheckpoint
 from .evaluation import EvaluationCase, EvaluationReport, evaluate_run
-from .generation import greedy_decode
+from .generation import _tokens, greedy_decode
 from .loop import AgentLimits, AgentRun
 from .protocol import AgentError, Message
 from .steering import resume_with_steering
@@ -181,8 +179,3 @@ def select_branch(outcomes: Any, selected_name: str) -> BranchOutcome:
     if not hits[0].report.passed:
         raise AgentError("selected branch must pass evaluation")
     return hits[0]
-
-
-def _tokens(model: Any, ids: list[int]) -> Any:
-    make = getattr(model, "tokens_array", None)
-    return make([ids]) if make is not None else np.asarray([ids], dtype=np.int64)

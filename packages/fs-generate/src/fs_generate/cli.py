@@ -15,6 +15,7 @@ from typing import Any
 from fs_model import ModelError
 from fs_tokenizer import TokenizerError
 
+from .demo import demo_banner
 from .errors import GenerateError
 from .generate import Generator
 from .resolve import load
@@ -40,7 +41,11 @@ def parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    ap.add_argument("--model", required=True, help="local model directory or Hugging Face id (Qwen/Qwen3-0.6B)")
+    ap.add_argument(
+        "--model",
+        help="local model directory or Hugging Face id (Qwen/Qwen3-0.6B); default: the tiny "
+        "demo model shipped with fs-generate",
+    )
     ap.add_argument("--prompt", required=True, help="prompt text ('-' reads standard input)")
     ap.add_argument("--max-tokens", "-m", type=int, default=256, help="generated-token budget (default 256)")
     ap.add_argument("--temp", type=float, default=0.0, help="sampling temperature; 0 = greedy (default)")
@@ -82,7 +87,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         prompt_text = sys.stdin.read() if args.prompt == "-" else args.prompt
         t0 = time.perf_counter()
-        print(f"loading {args.model} ({args.backend}) ...", end="", file=err, flush=True)
+        if args.model is None:
+            print(demo_banner(), file=err)
+        print(f"loading {args.model or 'the demo model'} ({args.backend}) ...", end="", file=err, flush=True)
         bar = progress_bar(err) if err.isatty() else None
         model, tok = load(args.model, backend=args.backend, dtype=args.dtype, progress=bar)
         print(f"{' done' if bar else ''} {time.perf_counter() - t0:.1f}s", file=err, flush=True)

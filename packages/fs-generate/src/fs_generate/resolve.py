@@ -11,6 +11,7 @@ from typing import Any
 from fs_model import ModelError, load_model
 from fs_tokenizer import Tokenizer, TokenizerError
 
+from .demo import demo_model_path
 from .errors import GenerateError
 
 MODEL_FILES = [
@@ -58,9 +59,10 @@ def resolve_model_path(model: str) -> Path:
 
 
 def load(
-    model: str, *, backend: str = "numpy", dtype: str | None = None, progress: Any = None
+    model: str | None, *, backend: str = "numpy", dtype: str | None = None, progress: Any = None
 ) -> tuple[Any, Tokenizer]:
-    path = resolve_model_path(model)
+    """``model=None`` loads the demo model shipped with fs-generate."""
+    path = demo_model_path() if model is None else resolve_model_path(model)
     try:
         tok = Tokenizer.from_pretrained(path)
         return load_model(path, backend=backend, dtype=dtype, progress=progress), tok

@@ -1,0 +1,37 @@
+"""Fixtures every package's tests share (pytest loads this for any test under packages/)."""
+
+import importlib
+import os
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+REPO = Path(__file__).resolve().parent
+
+
+@pytest.fixture(scope="session")
+def reference() -> Callable[[str], ModuleType]:
+    """Import a reference library (mlx, mlx_lm, transformers); under `nox -s parity` (FS_REQUIRE_REFERENCE=1)
+    its absence is a failure, elsewhere a skip that says where the test runs."""
+
+    def load(module: str) -> ModuleType:
+        if os.environ.get("FS_REQUIRE_REFERENCE") == "1":
+            return importlib.import_module(module)
+        return pytest.importorskip(module, reason=f"{module} is the reference here; run `nox -s parity`")
+
+    return load
+
+
+@pytest.fixture(scope="session")
+def qwen3_tokenizer_dir() -> Path:
+    """The real Qwen3 tokenizer files: $FS_QWEN3_TOKENIZER_DIR, else ../shared/qwen3-tokenizer beside the repo."""
+    for d in (os.environ.get("FS_QWEN3_TOKENIZER_DIR"), REPO.parent / "shared" / "qwen3-tokenizer"):
+        if d and (Path(d) / "tokenizer.json").exists():
+            return Path(d)
+    pytest.skip(
+        "Qwen3 tokenizer files not found: set FS_QWEN3_TOKENIZER_DIR to a directory holding Qwen3-0.6B's "
+        "tokenizer.json and tokenizer_config.json (e.g. `hf download Qwen/Qwen3-0.6B tokenizer.json "
+        "tokenizer_config.json --local-dir DIR`)"
+    )
