@@ -127,9 +127,20 @@ def build(session: nox.Session) -> None:
         session.run("uv", "venv", "-q", str(venv), external=True)
         py = str(venv / "bin" / "python")
         wheel = next((ROOT / "dist" / p).glob("*.whl"))
-        session.run("uv", "pip", "install", "-q", "--python", py, *links, str(wheel), external=True)
+        # --refresh: every package is 0.1.0 until bumped; a wheel cached from an earlier build must not be reused
+        session.run("uv", "pip", "install", "-q", "--refresh", "--python", py, *links, str(wheel), external=True)
         mod = p.replace("-", "_")
         session.run(py, "-c", f"import {mod}; print('{p}', {mod}.__version__, 'imports alone')", external=True)
+        if p == "fs-generate":  # the wheel carries the demo model: the CLI must run from it, offline
+            session.run(
+                str(venv / "bin" / "fs-generate"),
+                "--prompt",
+                "The with statement",
+                "--max-tokens",
+                "8",
+                external=True,
+                env=ENV,
+            )
         shutil.rmtree(venv)
 
 
@@ -174,8 +185,8 @@ def publish_local(session: nox.Session) -> None:
         py = str(venv / "bin" / "python")
         # first-index strategy: fs-* must come from the local index, third-party packages from PyPI
         index = ["--index", f"local={url}/simple"]
-        session.run("uv", "pip", "install", "--python", py, *index, "fs-weights", external=True)
-        session.run("uv", "pip", "install", "--python", py, *index, "fs-generate", external=True)
+        session.run("uv", "pip", "install", "--refresh", "--python", py, *index, "fs-weights", external=True)
+        session.run("uv", "pip", "install", "--refresh", "--python", py, *index, "fs-generate", external=True)
         session.run(py, "-c", CHECK_FROM_INDEX, external=True)
         shutil.rmtree(venv)
     finally:
