@@ -34,7 +34,8 @@ else:
     from fs_generate import stream_generate
     from fs_model import load_model
     backend = engine.split("-")[1]
-    model = load_model(path, backend=backend, dtype=None if backend == "numpy" else dtype)
+    kept = "bfloat16" if engine.endswith("-bf16") else None  # numpy: weights kept as bf16 bits, numba kernels
+    model = load_model(path, backend=backend, dtype=kept if backend == "numpy" else dtype)
     t0 = time.perf_counter(); first = None; n = 0
     for step in stream_generate(model, None, ids, max_new_tokens=n_gen, eos_token_ids=[]):
         n += 1
@@ -53,7 +54,7 @@ def main() -> None:
     ap.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"])
     ap.add_argument("--prompt", type=int, default=128)
     ap.add_argument("--generate", type=int, default=128)
-    ap.add_argument("--engines", nargs="+", default=["fs-numpy", "fs-mlx", "mlx-lm"])
+    ap.add_argument("--engines", nargs="+", default=["fs-numpy", "fs-numpy-bf16", "fs-mlx", "mlx-lm"])
     args = ap.parse_args()
     bw = read_bandwidth_gbs()
     print(f"measured single-thread read bandwidth: {bw:.1f} GB/s")
@@ -73,6 +74,8 @@ def main() -> None:
             r = res[engine] = json.loads(out.stdout.strip().splitlines()[-1])
             # per token every weight is read once: numpy holds float32 copies of bf16 weights (4 bytes/param)
             per_token = weight_bytes * (2 if engine == "fs-numpy" and dtype != "float32" else 1)
+            if engine == "fs-numpy-bf16" and dtype == "float32":
+                per_token = weight_bytes // 2
             gbs = per_token * r["decode_tps"] / 1e9
             print(
                 f"{dtype:8s} {engine:9s} decode {r['decode_tps']:6.2f} tok/s  prefill({args.prompt}) "
@@ -80,7 +83,7 @@ def main() -> None:
                 f"({gbs / bw:.0%} of measured bandwidth)"
             )
         if "mlx-lm" in res:
-            for engine in ("fs-numpy", "fs-mlx"):
+            for engine in ("fs-numpy", "fs-numpy-bf16", "fs-mlx"):
                 if engine in res:
                     print(
                         f"{dtype:8s} ratio {engine} / mlx-lm decode = "

@@ -59,7 +59,11 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--system", help="system message (with --chat)")
     ap.add_argument("--enable-thinking", action="store_true", help="let Qwen3 think (with --chat)")
     ap.add_argument("--backend", choices=["numpy", "mlx"], default="numpy")
-    ap.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], help="MLX compute dtype")
+    ap.add_argument(
+        "--dtype",
+        choices=["float32", "bfloat16", "float16"],
+        help="MLX: compute dtype; numpy: bfloat16 keeps weights as bf16 in memory (fast with fs-model[fast])",
+    )
     ap.add_argument("--max-kv-size", type=int, help="context limit in tokens (default: max_position_embeddings)")
     ap.add_argument("--eos-token-id", type=int, action="append", help="override the EOS set (repeatable)")
     ap.add_argument("--verbose", action="store_true", help="print the prompt IDs and per-token log-probabilities")

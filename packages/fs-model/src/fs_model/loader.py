@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fs_weights import Checkpoint, Qwen3Config, WeightsError, cross_check, load_config
+from fs_weights import Checkpoint, Qwen3Config, WeightsError, cross_check, f32_to_bf16, load_config
 
 from .errors import ModelError
 from .model import Model
@@ -54,20 +54,29 @@ def load_model(
     except WeightsError as e:
         raise ModelError(str(e)) from None
     if backend == "numpy":
-        if dtype not in (None, "float32"):
-            raise ModelError(f"the numpy backend computes in float32; dtype={dtype!r} is not available")
+        if dtype not in (None, "float32", "bfloat16"):
+            raise ModelError(
+                f"the numpy backend keeps weights in float32 or bfloat16; dtype={dtype!r} is not available"
+            )
         from .numpy import NumpyModel
 
         names = [n for n in ckpt.names() if not n.endswith((".scales", ".biases"))]
         weights = {}
         for i, n in enumerate(names, 1):
-            weights[n] = _float32(ckpt, n)
+            weights[n] = _bf16(ckpt, n) if dtype == "bfloat16" and len(ckpt.info(n).shape) == 2 else _float32(ckpt, n)
             if progress is not None:
                 progress(i, len(names))
         return NumpyModel(config, weights, str(p))
     from .mlx import MlxModel
 
     return MlxModel.from_checkpoint(config, ckpt, dtype, str(p), progress)
+
+
+def _bf16(ckpt: Checkpoint, name: str) -> np.ndarray:
+    """Matrices as bf16 bit patterns: a BF16 tensor is the read-only mmap view itself (no copy, 2 bytes/param)."""
+    if ckpt.info(name).dtype == "BF16":
+        return ckpt.raw(name)
+    return f32_to_bf16(ckpt.get(name, np.float32, dequantize=True))
 
 
 def _float32(ckpt: Checkpoint, name: str) -> np.ndarray:

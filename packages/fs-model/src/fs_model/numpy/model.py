@@ -13,6 +13,7 @@ from fs_weights import Qwen3Config
 from ..model import Model
 from .attention import Attention
 from .block import Block
+from .kernels import widen
 from .mlp import linear
 from .norm import rms_norm
 from .rope import RoPE
@@ -46,7 +47,8 @@ class NumpyModel(Model):
         pad: np.ndarray | None = None,
     ) -> np.ndarray:
         tokens = np.asarray(tokens, dtype=np.int64)
-        x = self.embed[tokens].astype(np.float32)
+        x = self.embed[tokens]
+        x = widen(x) if x.dtype == np.uint16 else x.astype(np.float32)
         if trace is not None:
             trace["embedding"] = x
         positions = np.arange(offset, offset + tokens.shape[1])

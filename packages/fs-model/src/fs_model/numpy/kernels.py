@@ -1,0 +1,55 @@
+"""CPU kernels for bf16 weights kept as their uint16 bit patterns (``pip install 'fs-model[fast]'`` for numba).
+
+Batch-1 decode reads every weight once per token, so its speed is weight bytes ÷ memory bandwidth: keeping bf16
+weights at 2 bytes instead of float32 copies at 4 halves the bytes. numba widens each bf16 row to float32 in a
+small per-thread buffer and multiplies (parallel over row blocks); without numba the same result comes from
+widening the whole matrix with numpy (correct, not fast).
+"""
+
+import numpy as np
+
+try:
+    from numba import njit, prange
+
+    HAVE_NUMBA = True
+except ImportError:  # pragma: no cover - depends on the environment
+    HAVE_NUMBA = False
+
+
+def widen(bits: np.ndarray) -> np.ndarray:
+    """bf16 bits (uint16) -> float32, exact."""
+    return (bits.astype(np.uint32) << 16).view(np.float32)
+
+
+if HAVE_NUMBA:
+
+    @njit(parallel=True, fastmath=True, cache=True)
+    def _matvec_bf16(w: np.ndarray, x: np.ndarray, out: np.ndarray) -> None:  # pragma: no cover - compiled
+        n, k = w.shape
+        for b in prange((n + 15) // 16):
+            u = np.empty(k, np.uint32)
+            f = u.view(np.float32)
+            for i in range(b * 16, min(n, b * 16 + 16)):
+                for j in range(k):
+                    u[j] = np.uint32(w[i, j]) << np.uint32(16)
+                acc = np.float32(0.0)
+                for j in range(k):
+                    acc += f[j] * x[j]
+                out[i] = acc
+
+
+def matvec_bf16(w: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """``x @ widen(w).T`` for one row ``x [in]`` and ``w [out, in]`` uint16 bf16 bits -> float32 ``[out]``."""
+    if not HAVE_NUMBA:
+        return widen(w) @ x
+    out = np.empty(w.shape[0], np.float32)
+    _matvec_bf16(w, np.ascontiguousarray(x, dtype=np.float32), out)
+    return out
+
+
+def linear_bf16(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """``x @ wᵀ`` for x [..., in] float32 and bf16-bits w [out, in]: a kernel pass per row for decode-sized inputs,
+    one widened BLAS product for prefill (where compute, not bytes, is the cost)."""
+    rows = x.reshape(-1, x.shape[-1])
+    y = np.stack([matvec_bf16(w, r) for r in rows]) if rows.shape[0] <= 4 else rows @ widen(w).T
+    return y.reshape(*x.shape[:-1], w.shape[0])
