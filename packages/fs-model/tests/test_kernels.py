@@ -55,6 +55,15 @@ def test_bf16_weights_in_memory_give_the_reference_logits(tmp_path):
         assert rel_err(fast.forward([t], b), ref.forward([t], a)) < 1e-5
 
 
-def test_numba_kernel_is_used_when_installed(reference):
+@pytest.mark.parity  # the parity session installs every extra, numba included; its absence there is a failure
+@pytest.mark.parametrize("name", list(SHAPES))
+def test_numba_kernel_itself(reference, name):
     reference("numba")
     assert kernels.HAVE_NUMBA
+    rng = np.random.default_rng(7)
+    out, inp = SHAPES[name]
+    w = f32_to_bf16(rng.standard_normal((out, inp), dtype=np.float32))
+    x = rng.standard_normal(inp, dtype=np.float32)
+    got = np.empty(out, np.float32)
+    kernels._matvec_bf16(w, x, got)
+    assert rel_err(got, kernels.widen(w).astype(np.float64) @ x) < 1e-5
