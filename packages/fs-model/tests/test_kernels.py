@@ -67,3 +67,57 @@ def test_numba_kernel_itself(reference, name):
     got = np.empty(out, np.float32)
     kernels._matvec_bf16(w, x, got)
     assert rel_err(got, kernels.widen(w).astype(np.float64) @ x) < 1e-5
+
+
+QSHAPES = {"q_proj": (2048, 1024), "o_proj": (1024, 2048), "down": (1024, 3072), "odd": (37, 192)}
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+@pytest.mark.parametrize("name", list(QSHAPES))
+def test_quantized_matvec_equals_the_dequantized_reference(name, bits):
+    from fs_model.numpy.quantized import linear_affine, matvec_affine, quantize_affine
+
+    rng = np.random.default_rng(bits)
+    out, inp = QSHAPES[name]
+    w = quantize_affine(rng.standard_normal((out, inp), dtype=np.float32), bits=bits, group=64)
+    assert w.shape == (out, inp) and w.codes.dtype == np.uint8
+    assert w.codes.nbytes == out * inp * bits // 8  # 1 or 1/2 byte per weight, no float copy
+    x = rng.standard_normal(inp, dtype=np.float32)
+    ref = w.dequantize().astype(np.float64) @ x
+    assert rel_err(matvec_affine(w, x), ref) < 1e-5
+    rows = rng.standard_normal((2, 5, inp), dtype=np.float32)
+    np.testing.assert_allclose(linear_affine(rows, w), rows @ w.dequantize().T, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+def test_native_mlx_checkpoints_stay_quantized_and_match_the_reference(tmp_path, bits):
+    d = write_random_checkpoint(tmp_path / "q", config("tied"), dtype="float32", quantize=bits, group_size=32)
+    ref, native = load_model(d), load_model(d, dtype="native")
+    assert type(native.blocks[0].mlp.gate).__name__ == "AffineWeight"
+    ids = [3, 141, 59, 265]
+    assert rel_err(native.forward(ids), ref.forward(ids)) < 1e-5
+    a, b = ref.make_cache(), native.make_cache()
+    ref.forward(ids, a), native.forward(ids, b)
+    assert rel_err(native.forward([7], b), ref.forward([7], a)) < 1e-5
+
+
+def test_quantize_at_load_int8_is_close(tmp_path):
+    d = write_random_checkpoint(tmp_path / "b", config("tied"), dtype="bfloat16")
+    ref, q8 = load_model(d), load_model(d, quantize="int8")
+    ids = [3, 141, 59, 265, 358, 97]
+    assert rel_err(q8.forward(ids), ref.forward(ids)) < 0.05
+    with pytest.raises(Exception, match="quantize must be int8 or int4"):
+        load_model(d, quantize="int3")
+
+
+@pytest.mark.parity
+@pytest.mark.parametrize("bits", [4, 8])
+def test_numba_quantized_kernels_themselves(reference, bits):
+    reference("numba")
+    from fs_model.numpy import quantized
+
+    assert quantized.HAVE_NUMBA
+    rng = np.random.default_rng(3)
+    w = quantized.quantize_affine(rng.standard_normal((300, 1024), dtype=np.float32), bits=bits, group=64)
+    x = rng.standard_normal(1024, dtype=np.float32)
+    assert rel_err(quantized.matvec_affine(w, x), w.dequantize().astype(np.float64) @ x) < 1e-5

@@ -3,6 +3,7 @@
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -36,10 +37,16 @@ def load_model(
     *,
     backend: str = "numpy",
     dtype: str | None = None,
+    quantize: str | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> Model:
-    """``path`` is a model directory. ``dtype``: numpy computes in float32 (only "float32" accepted);
-    MLX defaults to the checkpoint's dtype and accepts "float32", "bfloat16", "float16".
+    """``path`` is a model directory.
+
+    numpy backend (always computes in float32): ``dtype=None``/``"float32"`` holds float32 weights - the readable
+    reference; ``"bfloat16"`` keeps matrices as bf16 bits; ``"native"`` keeps them as stored (bf16 stays bf16, an
+    MLX 4/8-bit checkpoint stays quantized); ``quantize="int8"|"int4"`` quantizes float matrices at load (MLX's
+    affine format, group 64, lm_head included). Kept and quantized weights run on ``fs-model[fast]`` kernels.
+    MLX backend: ``dtype`` is the compute dtype ("float32", "bfloat16", "float16"; default: the checkpoint's).
     ``progress(done, total)`` is called as tensors are loaded."""
     p = Path(path)
     if backend not in BACKENDS:
@@ -54,22 +61,41 @@ def load_model(
     except WeightsError as e:
         raise ModelError(str(e)) from None
     if backend == "numpy":
-        if dtype not in (None, "float32", "bfloat16"):
-            raise ModelError(
-                f"the numpy backend keeps weights in float32 or bfloat16; dtype={dtype!r} is not available"
-            )
+        if dtype not in (None, "float32", "bfloat16", "native"):
+            raise ModelError(f"numpy backend weights: dtype must be float32, bfloat16 or native, not {dtype!r}")
+        if quantize not in (None, "int8", "int4"):
+            raise ModelError(f"quantize must be int8 or int4, not {quantize!r}")
         from .numpy import NumpyModel
 
         names = [n for n in ckpt.names() if not n.endswith((".scales", ".biases"))]
         weights = {}
         for i, n in enumerate(names, 1):
-            weights[n] = _bf16(ckpt, n) if dtype == "bfloat16" and len(ckpt.info(n).shape) == 2 else _float32(ckpt, n)
+            weights[n] = _numpy_weight(ckpt, n, dtype, quantize)
             if progress is not None:
                 progress(i, len(names))
         return NumpyModel(config, weights, str(p))
+    if quantize is not None:
+        raise ModelError("quantize= applies to the numpy backend; for MLX use an MLX-quantized checkpoint")
     from .mlx import MlxModel
 
     return MlxModel.from_checkpoint(config, ckpt, dtype, str(p), progress)
+
+
+def _numpy_weight(ckpt: Checkpoint, name: str, dtype: str | None, quantize: str | None) -> Any:
+    if len(ckpt.info(name).shape) != 2:  # norms: tiny, always float32
+        return _float32(ckpt, name)
+    from .numpy.quantized import from_mlx, quantize_affine
+
+    if ckpt.is_quantized(name) and (dtype == "native" or quantize is not None):
+        bits, group = ckpt.quant_params(name)
+        base = name.removesuffix(".weight")
+        if bits in (4, 8):
+            return from_mlx(ckpt.raw(name), ckpt.get(base + ".scales"), ckpt.get(base + ".biases"), bits, group)
+    if quantize is not None:
+        return quantize_affine(ckpt.get(name, np.float32, dequantize=True), bits=8 if quantize == "int8" else 4)
+    if dtype == "bfloat16" or (dtype == "native" and ckpt.info(name).dtype == "BF16"):
+        return _bf16(ckpt, name)
+    return _float32(ckpt, name)
 
 
 def _bf16(ckpt: Checkpoint, name: str) -> np.ndarray:

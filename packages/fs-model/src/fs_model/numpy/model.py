@@ -16,6 +16,7 @@ from .block import Block
 from .kernels import widen
 from .mlp import linear
 from .norm import rms_norm
+from .quantized import AffineWeight
 from .rope import RoPE
 
 
@@ -47,8 +48,11 @@ class NumpyModel(Model):
         pad: np.ndarray | None = None,
     ) -> np.ndarray:
         tokens = np.asarray(tokens, dtype=np.int64)
-        x = self.embed[tokens]
-        x = widen(x) if x.dtype == np.uint16 else x.astype(np.float32)
+        if isinstance(self.embed, AffineWeight):
+            x = self.embed.rows(tokens)
+        else:
+            x = self.embed[tokens]
+            x = widen(x) if x.dtype == np.uint16 else x.astype(np.float32)
         if trace is not None:
             trace["embedding"] = x
         positions = np.arange(offset, offset + tokens.shape[1])
