@@ -61,8 +61,12 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--backend", choices=["numpy", "mlx"], default="numpy")
     ap.add_argument(
         "--dtype",
-        choices=["float32", "bfloat16", "float16"],
-        help="MLX: compute dtype; numpy: bfloat16 keeps weights as bf16 in memory (fast with fs-model[fast])",
+        choices=["float32", "bfloat16", "float16", "native"],
+        help="MLX: compute dtype; numpy: bfloat16 keeps weights as bf16, native keeps the checkpoint's storage "
+        "(bf16, or MLX 4/8-bit quantized) - fast with fs-model[fast]",
+    )
+    ap.add_argument(
+        "--quantize", choices=["int8", "int4"], help="numpy: quantize weights at load (MLX affine, group 64)"
     )
     ap.add_argument("--max-kv-size", type=int, help="context limit in tokens (default: max_position_embeddings)")
     ap.add_argument("--eos-token-id", type=int, action="append", help="override the EOS set (repeatable)")
@@ -95,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
             print(demo_banner(), file=err)
         print(f"loading {args.model or 'the demo model'} ({args.backend}) ...", end="", file=err, flush=True)
         bar = progress_bar(err) if err.isatty() else None
-        model, tok = load(args.model, backend=args.backend, dtype=args.dtype, progress=bar)
+        model, tok = load(args.model, backend=args.backend, dtype=args.dtype, quantize=args.quantize, progress=bar)
         print(f"{' done' if bar else ''} {time.perf_counter() - t0:.1f}s", file=err, flush=True)
         if model.config.vocab_size < 1024:
             print(

@@ -59,12 +59,17 @@ def resolve_model_path(model: str) -> Path:
 
 
 def load(
-    model: str | None, *, backend: str = "numpy", dtype: str | None = None, progress: Any = None
+    model: str | None,
+    *,
+    backend: str = "numpy",
+    dtype: str | None = None,
+    quantize: str | None = None,
+    progress: Any = None,
 ) -> tuple[Any, Tokenizer]:
     """``model=None`` loads the demo model shipped with fs-generate."""
     path = demo_model_path() if model is None else resolve_model_path(model)
     try:
         tok = Tokenizer.from_pretrained(path)
-        return load_model(path, backend=backend, dtype=dtype, progress=progress), tok
+        return load_model(path, backend=backend, dtype=dtype, quantize=quantize, progress=progress), tok
     except (ModelError, TokenizerError) as e:
         raise GenerateError(str(e)) from None

@@ -1,0 +1,147 @@
+"""Issue 8's benchmark: prefill-128 and decode tok/s for every fs CPU weight format, mlx-lm and llama.cpp, ONE run,
+the same random weights with the real Qwen3-0.6B shapes.
+
+    uv run --all-packages --all-extras --group parity --group bench python benchmarks/cpu_speed.py \\
+        [--llama-python /path/to/venv-with-llama-cpp-python/bin/python] [--decode 32]
+
+llama.cpp runs through llama-cpp-python (which compiles llama.cpp from source; install it into any venv and pass
+its python) on GGUF files exported from the same checkpoint by benchmarks/export_gguf.py. Every engine runs in its
+own process; the script prints tok/s, ratios to mlx-lm and llama.cpp at the same precision, weight bytes per
+token, achieved GB/s against a streaming-read bandwidth it measures, and, for fs, the share of a decode step spent
+outside the matrix kernels (Python and numpy glue).
+"""
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+FS = """
+import json, sys, time
+import numpy as np
+from fs_model import load_model
+from fs_model.numpy import mlp
+path, dtype, quantize, S, N = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+model = load_model(path, dtype=None if dtype == "float32" else dtype, quantize=None if quantize == "-" else quantize)
+ids = [(7 * i + 3) % 150000 for i in range(S)]
+model(np.array([ids[:8]]), 0, model.make_cache(), logits_to_keep=1)  # warm the kernels (numba compiles)
+caches = model.make_cache()
+t0 = time.perf_counter(); model(np.array([ids]), 0, caches, logits_to_keep=1); prefill = time.perf_counter() - t0
+inside = [0.0]
+real = mlp.linear
+def timed(x, w):
+    t = time.perf_counter(); y = real(x, w); inside[0] += time.perf_counter() - t; return y
+for mod in ("mlp", "attention", "model"):
+    setattr(sys.modules["fs_model.numpy." + mod], "linear", timed)
+t0 = time.perf_counter()
+for i in range(N):
+    model(np.array([[ids[i]]]), S + i, caches, logits_to_keep=1)
+decode = time.perf_counter() - t0
+print(json.dumps({"prefill_tps": S / prefill, "decode_tps": N / decode, "outside_kernels": 1 - inside[0] / decode}))
+"""
+
+MLX_LM = """
+import json, sys, time
+from pathlib import Path
+import mlx.core as mx
+from mlx_lm.utils import load_model
+path, S, N = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+model, _ = load_model(Path(path))
+from mlx_lm.models.cache import make_prompt_cache
+ids = [(7 * i + 3) % 150000 for i in range(S)]
+cache = make_prompt_cache(model)
+t0 = time.perf_counter(); mx.eval(model(mx.array([ids]), cache=cache)[:, -1]); prefill = time.perf_counter() - t0
+t0 = time.perf_counter()
+for i in range(N):
+    mx.eval(model(mx.array([[ids[i]]]), cache=cache)[:, -1])
+print(json.dumps({"prefill_tps": S / prefill, "decode_tps": N / (time.perf_counter() - t0)}))
+"""
+
+LLAMA = """
+import json, sys, time
+from llama_cpp import Llama
+path, S, N = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+llm = Llama(model_path=path, n_ctx=S + N + 8, n_threads=2, n_batch=S, verbose=False)
+ids = [(7 * i + 3) % 150000 for i in range(S)]
+t0 = time.perf_counter(); llm.eval(ids); prefill = time.perf_counter() - t0
+t0 = time.perf_counter()
+for i in range(N):
+    llm.eval([ids[i]])
+print(json.dumps({"prefill_tps": S / prefill, "decode_tps": N / (time.perf_counter() - t0)}))
+"""
+
+
+def run(python: str, code: str, *args: object) -> dict | None:
+    out = subprocess.run([python, "-c", code, *map(str, args)], capture_output=True, text=True)
+    if out.returncode:
+        print(f"   failed: {out.stderr.strip().splitlines()[-1] if out.stderr.strip() else out.returncode}")
+        return None
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    sys.path.insert(0, "benchmarks")
+    from common import qwen3_06b, read_bandwidth_gbs
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--prefill", type=int, default=128)
+    ap.add_argument("--decode", type=int, default=32)
+    ap.add_argument("--llama-python", help="a python with llama-cpp-python installed")
+    ap.add_argument("--tokenizer", default=str(Path(__file__).resolve().parents[2] / "shared" / "qwen3-tokenizer"))
+    ap.add_argument("--skip-mlx-lm", action="store_true")
+    args = ap.parse_args()
+    S, N = args.prefill, args.decode
+    bw = read_bandwidth_gbs()
+    bf16 = qwen3_06b("bfloat16")
+    params = 596_049_920
+    print(f"streaming-read bandwidth (one thread): {bw:.1f} GB/s; checkpoint {bf16}; prefill {S}, decode {N}")
+    rows = []
+    fs_engines = [
+        ("fs f32 (reference)", "float32", "-", 4.0),
+        ("fs bf16", "bfloat16", "-", 2.0),
+        ("fs int8", "float32", "int8", 1 + 8 / 64),
+        ("fs int4", "float32", "int4", 0.5 + 8 / 64),
+    ]
+    for name, dtype, quant, bpp in fs_engines:
+        r = run(sys.executable, FS, bf16, dtype, quant, S, N)
+        if r:
+            rows.append((name, r, bpp))
+    if not args.skip_mlx_lm:
+        r = run(sys.executable, MLX_LM, bf16, S, N)
+        if r:
+            rows.append(("mlx-lm bf16", r, 2.0))
+    if args.llama_python:
+        from export_gguf import export
+
+        for kind, bpp in (("bf16", 2.0), ("q8_0", 34 / 32), ("q4_0", 18 / 32)):
+            g = Path(f"/tmp/fs-bench/qwen3-0.6b-{kind}.gguf")
+            if not g.exists():
+                export(bf16, g, kind, Path(args.tokenizer))
+            r = run(args.llama_python, LLAMA, g, S, N)
+            if r:
+                rows.append((f"llama.cpp {kind.upper()}", r, bpp))
+    print(f"{'engine':22s} {'prefill tok/s':>13s} {'decode tok/s':>12s} {'GB/token':>8s} {'GB/s':>6s}  outside kernels")
+    for name, r, bpp in rows:
+        gb = params * bpp / 1e9
+        extra = f"{r['outside_kernels']:.0%}" if "outside_kernels" in r else ""
+        tps = r["decode_tps"]
+        print(f"{name:22s} {r['prefill_tps']:13.1f} {tps:12.2f} {gb:8.2f} {gb * tps:6.1f}  {extra}")
+    res = {name: r for name, r, _ in rows}
+    pairs = [
+        ("fs bf16", "llama.cpp BF16"),
+        ("fs int8", "llama.cpp Q8_0"),
+        ("fs int4", "llama.cpp Q4_0"),
+        ("fs bf16", "mlx-lm bf16"),
+        ("fs f32 (reference)", "mlx-lm bf16"),
+    ]
+    for a, b in pairs:
+        if a in res and b in res:
+            print(
+                f"ratio {a} / {b}: decode {res[a]['decode_tps'] / res[b]['decode_tps']:.2f}x, "
+                f"prefill {res[a]['prefill_tps'] / res[b]['prefill_tps']:.2f}x"
+            )
+
+
+if __name__ == "__main__":
+    main()
