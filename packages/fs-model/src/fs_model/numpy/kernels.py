@@ -6,12 +6,18 @@ small per-thread buffer and multiplies (parallel over row blocks); without numba
 widening the whole matrix with numpy (correct, not fast).
 """
 
+import os
+
 import numpy as np
 
 try:
+    import numba
     from numba import njit, prange
 
     HAVE_NUMBA = True
+    # FS_NUM_THREADS caps the kernels' threads (default: every usable core, numba's own default)
+    if os.environ.get("FS_NUM_THREADS", "").isdigit() and int(os.environ["FS_NUM_THREADS"]) > 0:
+        numba.set_num_threads(min(int(os.environ["FS_NUM_THREADS"]), numba.config.NUMBA_NUM_THREADS))
 except ImportError:  # pragma: no cover - depends on the environment
     HAVE_NUMBA = False
 
