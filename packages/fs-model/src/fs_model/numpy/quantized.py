@@ -69,32 +69,33 @@ def quantize_affine(w: np.ndarray, bits: int = 8, group: int = 64) -> AffineWeig
 
 
 if HAVE_NUMBA:
+    # Each thread widens one row at a time into a float32 buffer, then takes per-group dot products. Codes go
+    # through int32 on the way to float32: LLVM vectorises that conversion, not uint8 -> float32 (8x slower here).
 
     @njit(parallel=True, fastmath=True, cache=True)
-    def _matvec_q8(q, scales, biases, x, xsum, G, out):  # pragma: no cover - compiled
-        n, k = q.shape
-        for i in prange(n):
-            acc = np.float32(0.0)
-            for g in range(k // G):
-                s = np.float32(0.0)
-                for j in range(g * G, g * G + G):
-                    s += np.float32(q[i, j]) * x[j]
-                acc += scales[i, g] * s + biases[i, g] * xsum[g]
-            out[i] = acc
-
-    @njit(parallel=True, fastmath=True, cache=True)
-    def _matvec_q4(q, scales, biases, xe, xo, xsum, G, out):  # pragma: no cover - compiled
-        n, half = q.shape
-        H = G // 2
-        for i in prange(n):
-            acc = np.float32(0.0)
-            for g in range(half // H):
-                s = np.float32(0.0)
-                for j in range(g * H, g * H + H):
-                    b = q[i, j]
-                    s += np.float32(b & 15) * xe[j] + np.float32(b >> 4) * xo[j]
-                acc += scales[i, g] * s + biases[i, g] * xsum[g]
-            out[i] = acc
+    def _matvec_q(q, scales, biases, x, xsum, G, bits, out):  # pragma: no cover - compiled
+        n = q.shape[0]
+        k = scales.shape[1] * G
+        for blk in prange((n + 15) // 16):
+            f = np.empty(k, np.float32)
+            for i in range(blk * 16, min(n, blk * 16 + 16)):
+                row = q[i]
+                if bits == 8:
+                    for j in range(k):
+                        f[j] = np.float32(np.int32(row[j]))
+                else:
+                    for j in range(k // 2):
+                        b = np.int32(row[j])
+                        f[2 * j] = np.float32(b & 15)
+                        f[2 * j + 1] = np.float32(b >> 4)
+                acc = np.float32(0.0)
+                for g in range(k // G):
+                    s = np.float32(0.0)
+                    base = g * G
+                    for j in range(G):
+                        s += f[base + j] * x[base + j]
+                    acc += scales[i, g] * s + biases[i, g] * xsum[g]
+                out[i] = acc
 
 
 def matvec_affine(w: AffineWeight, x: np.ndarray) -> np.ndarray:
@@ -103,19 +104,7 @@ def matvec_affine(w: AffineWeight, x: np.ndarray) -> np.ndarray:
         return w.dequantize() @ x
     xsum = x.reshape(-1, w.group_size).sum(axis=1).astype(np.float32)
     out = np.empty(w.shape[0], np.float32)
-    if w.bits == 8:
-        _matvec_q8(w.codes, w.scales, w.biases, x, xsum, w.group_size, out)
-    else:
-        _matvec_q4(
-            w.codes,
-            w.scales,
-            w.biases,
-            np.ascontiguousarray(x[0::2]),
-            np.ascontiguousarray(x[1::2]),
-            xsum,
-            w.group_size,
-            out,
-        )
+    _matvec_q(w.codes, w.scales, w.biases, x, xsum, w.group_size, w.bits, out)
     return out
 
 
