@@ -67,6 +67,8 @@ def test_numba_kernel_itself(reference, name):
     got = np.empty(out, np.float32)
     kernels._matvec_bf16(w, x, got)
     assert rel_err(got, kernels.widen(w).astype(np.float64) @ x) < 1e-5
+    xs = rng.standard_normal((3, inp), dtype=np.float32)  # a batch's decode step: one pass for all rows
+    assert rel_err(kernels.rows_kernel(xs, w), xs.astype(np.float64) @ kernels.widen(w).T.astype(np.float64)) < 1e-5
 
 
 QSHAPES = {"q_proj": (2048, 1024), "o_proj": (1024, 2048), "down": (1024, 3072), "odd": (37, 192)}
