@@ -21,8 +21,13 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--tokens", type=int, default=32)
+    ap.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
+                    help="bfloat16: the bf16 checkpoint with weights kept bf16 (numba kernels)")
     args = ap.parse_args()
-    model = load_model(qwen3_06b("float32"))
+    bf16 = args.dtype == "bfloat16"
+    model = load_model(qwen3_06b(args.dtype), dtype="bfloat16" if bf16 else None)
+    if bf16:
+        generate_batch(model, None, [[1, 2, 3], [4, 5]], max_new_tokens=2, eos_token_ids=[])  # compile kernels first
     prompts = [[(31 * b + 7 * i + 3) % 150000 for i in range(32 + 3 * b)] for b in range(args.batch)]
     t0 = time.perf_counter()
     one = generate(model, None, prompts[0], max_new_tokens=args.tokens, eos_token_ids=[])
