@@ -21,8 +21,12 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--tokens", type=int, default=32)
-    ap.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
-                    help="bfloat16: the bf16 checkpoint with weights kept bf16 (numba kernels)")
+    ap.add_argument(
+        "--dtype",
+        choices=["float32", "bfloat16"],
+        default="float32",
+        help="bfloat16: the bf16 checkpoint with weights kept bf16 (numba kernels)",
+    )
     args = ap.parse_args()
     bf16 = args.dtype == "bfloat16"
     model = load_model(qwen3_06b(args.dtype), dtype="bfloat16" if bf16 else None)
