@@ -65,7 +65,7 @@ def test_numba_kernel_itself(reference, name):
     w = f32_to_bf16(rng.standard_normal((out, inp), dtype=np.float32))
     x = rng.standard_normal(inp, dtype=np.float32)
     got = np.empty(out, np.float32)
-    kernels._matvec_bf16(w, x, got)
+    kernels._rows_bf16(w, x[None], got[None])
     assert rel_err(got, kernels.widen(w).astype(np.float64) @ x) < 1e-5
     xs = rng.standard_normal((3, inp), dtype=np.float32)  # a batch's decode step: one pass for all rows
     assert rel_err(kernels.rows_kernel(xs, w), xs.astype(np.float64) @ kernels.widen(w).T.astype(np.float64)) < 1e-5

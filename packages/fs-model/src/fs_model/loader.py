@@ -82,6 +82,13 @@ def load_model(
 
 
 def _numpy_weight(ckpt: Checkpoint, name: str, dtype: str | None, quantize: str | None) -> Any:
+    w = _numpy_weight_as_kept(ckpt, name, dtype, quantize)
+    if not np.may_share_memory(getattr(w, "codes", w), ckpt.raw(name)):
+        ckpt.release(name)  # a converted copy is kept: the stored pages need not stay resident (peak RSS)
+    return w
+
+
+def _numpy_weight_as_kept(ckpt: Checkpoint, name: str, dtype: str | None, quantize: str | None) -> Any:
     if len(ckpt.info(name).shape) != 2:  # norms: tiny, always float32
         return _float32(ckpt, name)
     from .numpy.quantized import from_mlx, quantize_affine
@@ -92,7 +99,9 @@ def _numpy_weight(ckpt: Checkpoint, name: str, dtype: str | None, quantize: str 
         if bits in (4, 8):
             return from_mlx(ckpt.raw(name), ckpt.get(base + ".scales"), ckpt.get(base + ".biases"), bits, group)
     if quantize is not None:
-        return quantize_affine(ckpt.get(name, np.float32, dequantize=True), bits=8 if quantize == "int8" else 4)
+        stored = ckpt.raw(name) if ckpt.info(name).dtype in ("BF16", "F32") and not ckpt.is_quantized(name) else None
+        w = stored if stored is not None else ckpt.get(name, np.float32, dequantize=True)
+        return quantize_affine(w, bits=8 if quantize == "int8" else 4)
     if dtype == "bfloat16" or (dtype == "native" and ckpt.info(name).dtype == "BF16"):
         return _bf16(ckpt, name)
     return _float32(ckpt, name)

@@ -81,6 +81,10 @@ class Checkpoint:
         """The stored array without conversion (read-only, mmap-backed; BF16 as uint16 bits)."""
         return self._file(name).raw(name)
 
+    def release(self, name: str) -> None:
+        """Drop ``name``'s mapped pages from resident memory once a converted copy is all that is kept."""
+        self._file(name).release(name)
+
     def get(self, name: str, dtype: Any = np.float32, *, dequantize: bool = False) -> np.ndarray:
         """Float tensors as ``dtype`` (float32 by default; ``None`` returns the stored array). Integer
         tensors are returned as stored. ``dequantize=True`` on a quantized ``.weight`` returns the float

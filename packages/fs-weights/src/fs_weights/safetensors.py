@@ -149,6 +149,15 @@ class SafetensorsFile:
         dt = STORAGE[t.dtype]
         return np.frombuffer(self._map, dtype=dt, count=t.numel, offset=t.begin).reshape(t.shape)
 
+    def release(self, name: str) -> None:
+        """Drop tensor ``name``'s pages from this process's resident memory (``MADV_DONTNEED``); they stay in the
+        file, and a later access reads them back. For loaders that convert a tensor and keep only the result."""
+        t = self.tensors[name]
+        if self._map is None or not hasattr(mmap, "MADV_DONTNEED") or t.end <= t.begin:
+            return
+        start = t.begin // mmap.PAGESIZE * mmap.PAGESIZE
+        self._map.madvise(mmap.MADV_DONTNEED, start, t.end - start)
+
 
 def save_safetensors(
     path: str | os.PathLike[str],

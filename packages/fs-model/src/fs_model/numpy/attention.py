@@ -5,6 +5,7 @@ Shapes: x [B, S, H] -> q [B, nh, S, D], k/v [B, nkv, S, D]; each group of nh/nkv
 
 import numpy as np
 
+from . import fused
 from .mlp import linear
 from .norm import rms_norm
 from .rope import RoPE
@@ -24,6 +25,8 @@ class Attention:
         self, x: np.ndarray, tables: tuple[np.ndarray, np.ndarray], cache=None, pad: np.ndarray | None = None
     ) -> np.ndarray:
         B, S, _ = x.shape
+        if S == 1 and fused.ENABLED:
+            return self._decode_step(x, tables, cache, pad)
         q = linear(x, self.wq).reshape(B, S, self.nh, self.D)
         k = linear(x, self.wk).reshape(B, S, self.nkv, self.D)
         v = linear(x, self.wv).reshape(B, S, self.nkv, self.D)
@@ -47,3 +50,13 @@ class Attention:
         probs = scores / scores.sum(axis=-1, keepdims=True)
         out = (probs @ v[:, :, None]).reshape(B, self.nh, S, self.D)
         return linear(out.transpose(0, 2, 1, 3).reshape(B, S, self.nh * self.D), self.wo)
+
+    def _decode_step(self, x: np.ndarray, tables: tuple[np.ndarray, np.ndarray], cache, pad) -> np.ndarray:
+        """The same computation for one token per row, with fused.py's kernels instead of the numpy glue."""
+        B = x.shape[0]
+        q = fused.norm_rope(linear(x, self.wq).reshape(B, self.nh, self.D), self.q_norm, self.eps, *tables)
+        k = fused.norm_rope(linear(x, self.wk).reshape(B, self.nkv, self.D), self.k_norm, self.eps, *tables)
+        v = linear(x, self.wv).reshape(B, self.nkv, 1, self.D)
+        K, V = cache.update_and_fetch(k[:, :, None], v) if cache is not None else (k[:, :, None], v)
+        out = fused.attend(q, K, V, self.scale, pad)
+        return linear(out.reshape(B, 1, self.nh * self.D), self.wo)

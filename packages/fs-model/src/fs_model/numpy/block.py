@@ -2,6 +2,7 @@
 
 import numpy as np
 
+from . import fused
 from .attention import Attention
 from .mlp import MLP
 from .norm import rms_norm
@@ -13,5 +14,6 @@ class Block:
         self.norm1, self.norm2, self.eps = w["input_layernorm"], w["post_attention_layernorm"], eps
 
     def __call__(self, x: np.ndarray, tables, cache=None, pad: np.ndarray | None = None) -> np.ndarray:
-        x = x + self.attn(rms_norm(x, self.norm1, self.eps), tables, cache, pad)
-        return x + self.mlp(rms_norm(x, self.norm2, self.eps))
+        norm = fused.rms_norm if x.shape[1] == 1 and fused.ENABLED else rms_norm
+        x = x + self.attn(norm(x, self.norm1, self.eps), tables, cache, pad)
+        return x + self.mlp(norm(x, self.norm2, self.eps))

@@ -1,9 +1,13 @@
 """Affine-quantized weights kept quantized in memory: w = scale·q + bias per group of G inputs (MLX's format).
 
-MLX 8-bit packs four codes per uint32, least significant first, which is exactly the uint8 byte order: the packed
-tensor *viewed as uint8* is the code matrix, with no copy. 4-bit packs two codes per byte (low nibble first).
 ``x · w_row = Σ_g scale_g·(q_g · x_g) + bias_g·Σ x_g``, so a kernel reads 1 (or ½) byte per weight plus the
-per-group scale and bias. ``quantize_affine`` makes the same layout from float weights (``quantize="int8"``).
+per-group scale and bias. MLX 8-bit packs four codes per uint32, least significant first, which is exactly the
+uint8 byte order: the packed tensor *viewed as uint8* is the code matrix, with no copy. MLX 4-bit packs weights
+2j and 2j+1 into byte j, which makes the kernel's inner loop shuffle nibbles; fs repacks 4-bit codes at load into
+a *planar* layout instead: for each pair of groups (2G weights in G bytes) byte j holds weight j in its low
+nibble and weight G+j in its high nibble (an odd last group: weight j and G/2+j), so both nibble planes are
+contiguous vectors (measured 1.7× faster, docs/performance.md). ``quantize_affine`` makes the same formats from
+float weights (``quantize="int8"|"int4"``).
 """
 
 from dataclasses import dataclass
@@ -11,6 +15,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from fs_weights import dequantize, quantize
+
+from .kernels import SMALL, blocked_matmul, widen
 
 try:
     from numba import njit, prange
@@ -20,9 +26,36 @@ except ImportError:  # pragma: no cover - depends on the environment
     HAVE_NUMBA = False
 
 
+def _planar(e: np.ndarray, G: int) -> np.ndarray:
+    """codes [n, k] (one per byte, < 16) -> planar nibbles [n, k/2]."""
+    n, k = e.shape
+    paired = k // (2 * G) * 2 * G
+    pairs = e[:, :paired].reshape(n, -1, 2, G)
+    parts = [(pairs[:, :, 0] | (pairs[:, :, 1] << 4)).reshape(n, -1)]
+    if paired < k:
+        tail = e[:, paired:].reshape(n, 2, G // 2)
+        parts.append(tail[:, 0] | (tail[:, 1] << 4))
+    return np.ascontiguousarray(np.concatenate(parts, axis=1), dtype=np.uint8)
+
+
+def _unplanar(p: np.ndarray, G: int) -> np.ndarray:
+    """Inverse of ``_planar``: planar nibbles [n, k/2] -> codes [n, k]."""
+    n, half = p.shape
+    paired = 2 * half // (2 * G) * 2 * G
+    lo, hi = p & 15, p >> 4
+    parts = [
+        np.stack([lo[:, : paired // 2].reshape(n, -1, G), hi[:, : paired // 2].reshape(n, -1, G)], axis=2).reshape(
+            n, paired
+        )
+    ]
+    if paired < 2 * half:
+        parts += [lo[:, paired // 2 :], hi[:, paired // 2 :]]
+    return np.concatenate(parts, axis=1)
+
+
 @dataclass(frozen=True)
 class AffineWeight:
-    codes: np.ndarray  # uint8 [out, in] (8-bit) or [out, in/2] (4-bit, two codes per byte)
+    codes: np.ndarray  # uint8 [out, in] (8-bit) or [out, in/2] (4-bit, planar nibbles: see the module docstring)
     scales: np.ndarray  # float32 [out, in/G]
     biases: np.ndarray  # float32 [out, in/G]
     bits: int
@@ -38,77 +71,136 @@ class AffineWeight:
 
     def packed(self) -> np.ndarray:
         """The MLX uint32 packing (for fs_weights.dequantize)."""
-        return np.ascontiguousarray(self.codes).view(np.uint32)
+        if self.bits == 8:
+            return np.ascontiguousarray(self.codes).view(np.uint32)
+        e = _unplanar(self.codes, self.group_size)
+        return np.ascontiguousarray(e[:, 0::2] | (e[:, 1::2] << 4)).view(np.uint32)
 
     def dequantize(self) -> np.ndarray:
+        """float32 [out, in] through fs_weights' reference dequantizer (the oracle the kernels are tested on)."""
         return dequantize(self.packed(), self.scales, self.biases, bits=self.bits, group_size=self.group_size)
 
     def rows(self, ids: np.ndarray) -> np.ndarray:
         """Dequantized rows (an embedding lookup)."""
-        part = AffineWeight(
-            self.codes[ids.reshape(-1)],
-            self.scales[ids.reshape(-1)],
-            self.biases[ids.reshape(-1)],
-            self.bits,
-            self.group_size,
-        )
+        flat = ids.reshape(-1)
+        part = AffineWeight(self.codes[flat], self.scales[flat], self.biases[flat], self.bits, self.group_size)
         return part.dequantize().reshape(*ids.shape, self.shape[1])
 
 
 def from_mlx(packed: np.ndarray, scales: np.ndarray, biases: np.ndarray, bits: int, group: int) -> AffineWeight:
     if bits not in (4, 8):
         raise ValueError(f"{bits}-bit weights have no CPU kernel (4 and 8 do)")
-    return AffineWeight(
-        np.asarray(packed).view(np.uint8), scales.astype(np.float32), biases.astype(np.float32), bits, group
-    )
+    codes = np.asarray(packed).view(np.uint8)
+    if bits == 4:
+        codes = _planar(np.stack([codes & 15, codes >> 4], axis=-1).reshape(codes.shape[0], -1), group)
+    return AffineWeight(codes, scales.astype(np.float32), biases.astype(np.float32), bits, group)
 
 
 def quantize_affine(w: np.ndarray, bits: int = 8, group: int = 64) -> AffineWeight:
-    packed, scales, biases = quantize(np.asarray(w, np.float32), bits=bits, group_size=group)
+    """Quantize float32 (or bf16-bits uint16) weights [out, in], a few thousand rows at a time so that a large
+    matrix (a 151936-row lm_head) never has float32 temporaries of its whole size."""
+    chunks = []
+    for a in range(0, w.shape[0], 4096):
+        part = w[a : a + 4096]
+        part = widen(part) if part.dtype == np.uint16 else np.asarray(part, np.float32)
+        chunks.append(quantize(part, bits=bits, group_size=group))
+    packed, scales, biases = (np.concatenate(c) for c in zip(*chunks, strict=True))
     return from_mlx(packed, scales, biases, bits, group)
 
 
 if HAVE_NUMBA:
-    # Each thread widens one row at a time into a float32 buffer, then takes per-group dot products. Codes go
-    # through int32 on the way to float32: LLVM vectorises that conversion, not uint8 -> float32 (8x slower here).
+    # Small helpers so LLVM sees one simple loop each (it vectorises them; inlined into the kernels, the same loops
+    # written in place measured 1.3-1.8× slower). Codes go through int32 on the way to float32: LLVM vectorises
+    # that conversion, not uint8 -> float32.
+
+    @njit(fastmath=True, cache=True)
+    def _dot8(q, x, n):  # pragma: no cover - compiled
+        s = np.float32(0.0)
+        for j in range(n):
+            s += np.float32(np.int32(q[j])) * x[j]
+        return s
+
+    @njit(fastmath=True, cache=True)
+    def _dot4(q, xl, xh, n):  # pragma: no cover - compiled
+        sl = np.float32(0.0)
+        sh = np.float32(0.0)
+        for j in range(n):
+            b = q[j]
+            sl += np.float32(np.int32(b & np.uint8(15))) * xl[j]
+            sh += np.float32(np.int32(b >> np.uint8(4))) * xh[j]
+        return sl, sh
+
+    @njit(fastmath=True, cache=True)
+    def _row_dot(row, sc, bi, x, xsum, G, bits):  # pragma: no cover - compiled
+        ng = sc.shape[0]
+        acc = np.float32(0.0)
+        if bits == 8:
+            for g in range(ng):
+                acc += sc[g] * _dot8(row[g * G : (g + 1) * G], x[g * G : (g + 1) * G], G) + bi[g] * xsum[g]
+            return acc
+        for c in range(ng // 2):
+            a, g = 2 * c * G, 2 * c
+            sl, sh = _dot4(row[c * G : (c + 1) * G], x[a : a + G], x[a + G : a + 2 * G], G)
+            acc += sc[g] * sl + sc[g + 1] * sh + bi[g] * xsum[g] + bi[g + 1] * xsum[g + 1]
+        if ng % 2:
+            g, H = ng - 1, G // 2
+            a, b = g * G, ng // 2 * G
+            sl, sh = _dot4(row[b : b + H], x[a : a + H], x[a + H : a + G], H)
+            acc += sc[g] * (sl + sh) + bi[g] * xsum[g]
+        return acc
 
     @njit(parallel=True, fastmath=True, cache=True)
-    def _matvec_q(q, scales, biases, x, xsum, G, bits, out):  # pragma: no cover - compiled
+    def _rows_q(q, scales, biases, X, XS, G, bits, out):  # pragma: no cover - compiled
+        """out[r, i] = X[r] · w[i] for a few rows r (XS[r] = X[r]'s group sums): one pass over the codes."""
         n = q.shape[0]
-        k = scales.shape[1] * G
         for blk in prange((n + 15) // 16):
-            f = np.empty(k, np.float32)
             for i in range(blk * 16, min(n, blk * 16 + 16)):
-                row = q[i]
-                if bits == 8:
-                    for j in range(k):
-                        f[j] = np.float32(np.int32(row[j]))
-                else:
-                    for j in range(k // 2):
-                        b = np.int32(row[j])
-                        f[2 * j] = np.float32(b & 15)
-                        f[2 * j + 1] = np.float32(b >> 4)
-                acc = np.float32(0.0)
-                for g in range(k // G):
-                    s = np.float32(0.0)
-                    base = g * G
+                for r in range(X.shape[0]):
+                    out[r, i] = _row_dot(q[i], scales[i], biases[i], X[r], XS[r], G, bits)
+
+    @njit(fastmath=True, cache=True)
+    def _dequant_rows(q, scales, biases, G, bits, a, out):  # pragma: no cover - compiled
+        """out[i] = float32 weights of row a + i; serial on purpose (kernels.py's docstring says why)."""
+        ng = scales.shape[1]
+        for i in range(out.shape[0]):
+            row, sc, bi, o = q[a + i], scales[a + i], biases[a + i], out[i]
+            if bits == 8:
+                for g in range(ng):
+                    b = g * G
                     for j in range(G):
-                        s += f[base + j] * x[base + j]
-                    acc += scales[i, g] * s + biases[i, g] * xsum[g]
-                out[i] = acc
-
-
-def matvec_affine(w: AffineWeight, x: np.ndarray) -> np.ndarray:
-    x = np.ascontiguousarray(x, dtype=np.float32)
-    if not HAVE_NUMBA:
-        return w.dequantize() @ x
-    xsum = x.reshape(-1, w.group_size).sum(axis=1).astype(np.float32)
-    out = np.empty(w.shape[0], np.float32)
-    _matvec_q(w.codes, w.scales, w.biases, x, xsum, w.group_size, w.bits, out)
-    return out
+                        o[b + j] = sc[g] * np.float32(np.int32(row[b + j])) + bi[g]
+                continue
+            for c in range(ng // 2):
+                g, b = 2 * c, 2 * c * G
+                for j in range(G):
+                    t = row[c * G + j]
+                    o[b + j] = sc[g] * np.float32(np.int32(t & np.uint8(15))) + bi[g]
+                    o[b + G + j] = sc[g + 1] * np.float32(np.int32(t >> np.uint8(4))) + bi[g + 1]
+            if ng % 2:
+                g, H = ng - 1, G // 2
+                for j in range(H):
+                    t = row[ng // 2 * G + j]
+                    o[g * G + j] = sc[g] * np.float32(np.int32(t & np.uint8(15))) + bi[g]
+                    o[g * G + H + j] = sc[g] * np.float32(np.int32(t >> np.uint8(4))) + bi[g]
 
 
 def linear_affine(x: np.ndarray, w: AffineWeight) -> np.ndarray:
-    rows = x.reshape(-1, x.shape[-1])
-    y = np.stack([matvec_affine(w, r) for r in rows]) if rows.shape[0] <= 4 else rows @ w.dequantize().T
-    return y.reshape(*x.shape[:-1], w.shape[0])
+    """``x @ wᵀ`` for x [..., in]: one kernel pass over the codes for decode-sized inputs, dequantize-then-BLAS in
+    cache-sized chunks for prefill; without numba, the reference dequantizer and BLAS."""
+    rows = np.ascontiguousarray(x.reshape(-1, x.shape[-1]), dtype=np.float32)
+    n, k = w.shape
+    if not HAVE_NUMBA:
+        y = rows @ w.dequantize().T
+    elif rows.shape[0] <= SMALL:
+        y = np.empty((rows.shape[0], n), np.float32)
+        xsum = rows.reshape(rows.shape[0], -1, w.group_size).sum(axis=2, dtype=np.float32)
+        _rows_q(w.codes, w.scales, w.biases, rows, xsum, w.group_size, w.bits, y)
+    else:
+        y = blocked_matmul(
+            rows, n, k, lambda a, buf: _dequant_rows(w.codes, w.scales, w.biases, w.group_size, w.bits, a, buf)
+        )
+    return y.reshape(*x.shape[:-1], n)
+
+
+def matvec_affine(w: AffineWeight, x: np.ndarray) -> np.ndarray:
+    return linear_affine(x[None], w)[0]

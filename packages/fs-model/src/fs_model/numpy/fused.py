@@ -1,0 +1,130 @@
+"""Fused decode-step work for the numba path (``fs-model[fast]``): one compiled call where numpy needs many.
+
+A decode step (S = 1) spends its time reading weights; the numpy glue between the matrix kernels (RMSNorm, the
+per-head q/k norm and RoPE, grouped-query attention over the cache, softmax) is a dozen small array operations
+per layer, each a few microseconds of dispatch for a few kilobytes of data: ~15 % of a 0.6B decode step
+(docs/performance.md). These kernels do the same arithmetic in one pass each, in float32, and are tested against
+the readable numpy path (norm.py, rope.py, attention.py), which stays the reference and runs whenever numba is
+absent, ``FS_REFERENCE_PATH=1`` is set, or a step has more than one token.
+"""
+
+import os
+
+import numpy as np
+
+from .kernels import HAVE_NUMBA
+
+ENABLED = HAVE_NUMBA and os.environ.get("FS_REFERENCE_PATH", "") in ("", "0")
+
+if HAVE_NUMBA:
+    from numba import njit, prange
+
+    @njit(fastmath=True, cache=True)
+    def _rms_rows(x, w, eps, out):  # pragma: no cover - compiled
+        H = x.shape[1]
+        for r in range(x.shape[0]):
+            ss = np.float32(0.0)
+            for j in range(H):
+                ss += x[r, j] * x[r, j]
+            inv = np.float32(1.0) / np.sqrt(ss / np.float32(H) + eps)
+            for j in range(H):
+                out[r, j] = x[r, j] * inv * w[j]
+
+    @njit(fastmath=True, cache=True)
+    def _norm_rope(x, w, eps, cos, sin, out):  # pragma: no cover - compiled
+        """Per-head RMSNorm then split-half RoPE; x/out [B, heads, D], cos/sin [B, D/2]."""
+        B, nh, D = x.shape
+        half = D // 2
+        for b in range(B):
+            for h in range(nh):
+                ss = np.float32(0.0)
+                for d in range(D):
+                    ss += x[b, h, d] * x[b, h, d]
+                inv = np.float32(1.0) / np.sqrt(ss / np.float32(D) + eps)
+                for i in range(half):
+                    x1 = x[b, h, i] * inv * w[i]
+                    x2 = x[b, h, i + half] * inv * w[i + half]
+                    out[b, h, i] = x1 * cos[b, i] - x2 * sin[b, i]
+                    out[b, h, i + half] = x1 * sin[b, i] + x2 * cos[b, i]
+
+    @njit(parallel=True, fastmath=True, cache=True)
+    def _attend(q, K, V, T, scale, pad, out):  # pragma: no cover - compiled
+        """One query per row over the first T cache positions: q/out [B, nh, D], K/V [B, nkv, >=T, D]; the
+        G = nh/nkv query heads of a kv head share each K and V row read. Keys before pad[b] are invisible (all
+        invisible: uniform average, as the reference's finite mask gives)."""
+        B, nh, D = q.shape
+        nkv = K.shape[1]
+        G = nh // nkv
+        for bg in prange(B * nkv):
+            b, g = bg // nkv, bg % nkv
+            blind = pad[b] >= T  # every key masked: equal scores, so a uniform average
+            lo = 0 if blind else pad[b]
+            s = np.empty((G, T), np.float32)
+            m = np.full(G, -np.inf, np.float32)
+            for t in range(lo, T):
+                k = K[b, g, t]
+                for j in range(G):
+                    qj = q[b, g * G + j]
+                    acc = np.float32(0.0)
+                    for d in range(D):
+                        acc += qj[d] * k[d]
+                    acc = np.float32(0.0) if blind else acc * scale
+                    s[j, t] = acc
+                    m[j] = max(m[j], acc)
+            o = np.zeros((G, D), np.float32)
+            tot = np.zeros(G, np.float32)
+            for t in range(lo, T):
+                v = V[b, g, t]
+                for j in range(G):
+                    p = np.exp(s[j, t] - m[j])
+                    tot[j] += p
+                    for d in range(D):
+                        o[j, d] += p * v[d]
+            for j in range(G):
+                for d in range(D):
+                    out[b, g * G + j, d] = o[j, d] / tot[j]
+
+
+def rms_norm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
+    rows = np.ascontiguousarray(x.reshape(-1, x.shape[-1]), dtype=np.float32)
+    out = np.empty_like(rows)
+    _rms_rows(rows, w, np.float32(eps), out)
+    return out.reshape(x.shape)
+
+
+def norm_rope(x: np.ndarray, w: np.ndarray, eps: float, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
+    """x [B, heads, D] for one token; cos/sin as RoPE.tables gives them for that token ([1, D/2] or per row)."""
+    B, half = x.shape[0], x.shape[2] // 2
+    cos, sin = cos.reshape(-1, half), sin.reshape(-1, half)
+    if cos.shape[0] != B:  # one position shared by every row
+        cos, sin = np.repeat(cos, B, axis=0), np.repeat(sin, B, axis=0)
+    out = np.empty_like(x)
+    _norm_rope(np.ascontiguousarray(x), w, np.float32(eps), cos, sin, out)
+    return out
+
+
+def attend(q: np.ndarray, K: np.ndarray, V: np.ndarray, scale: np.float32, pad: np.ndarray | None) -> np.ndarray:
+    """q [B, nh, D], K/V [B, nkv, T, D] -> [B, nh, D]. A dense cache hands out views ``buf[:, :, :T]`` of a
+    contiguous buffer; the kernel reads the buffer itself (numba compiles a strided view into scalar code, 4.5×
+    slower here), never a copy of the history."""
+    B, T = q.shape[0], K.shape[2]
+    pads = np.zeros(B, np.int64) if pad is None else np.asarray(pad, np.int64).reshape(B)
+    out = np.empty_like(q)
+    _attend(q, _contiguous_base(K), _contiguous_base(V), T, scale, pads, out)
+    return out
+
+
+def _contiguous_base(a: np.ndarray) -> np.ndarray:
+    """``a`` itself if C-contiguous, else the C-contiguous buffer it is the leading slice ``[:, :, :T]`` of."""
+    if a.flags.c_contiguous:
+        return a
+    b = a.base
+    if (
+        isinstance(b, np.ndarray)
+        and b.flags.c_contiguous
+        and b.dtype == a.dtype
+        and b.strides == a.strides
+        and b.__array_interface__["data"][0] == a.__array_interface__["data"][0]
+    ):
+        return b
+    return np.ascontiguousarray(a)

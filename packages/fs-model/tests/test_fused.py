@@ -1,0 +1,93 @@
+"""The fused decode-step kernels (numba) against the readable numpy path they replace."""
+
+import numpy as np
+import pytest
+
+from fs_model import load_model
+from fs_model.numpy import fused, kernels, quantized
+from fs_model.numpy.attention import MASKED
+from fs_model.numpy.norm import rms_norm
+from fs_model.numpy.rope import RoPE
+from fs_weights import f32_to_bf16, write_random_checkpoint
+from model_helpers import KNOBS, config, rel_err
+
+pytestmark = pytest.mark.parity  # the parity session installs numba; its absence there is a failure
+
+
+@pytest.fixture(autouse=True)
+def _numba(reference):
+    reference("numba")
+    assert fused.ENABLED, "numba is installed but the fused path is off (FS_REFERENCE_PATH set?)"
+
+
+def reference_attend(q, K, V, scale, pad):
+    """attention.py's arithmetic for one query per row, in float64."""
+    G = q.shape[1] // K.shape[1]
+    Kr, Vr = np.repeat(K, G, axis=1).astype(np.float64), np.repeat(V, G, axis=1).astype(np.float64)
+    s = np.einsum("bhd,bhtd->bht", q.astype(np.float64), Kr) * scale
+    s = np.where(np.arange(K.shape[2])[None, None] >= pad[:, None, None], s, MASKED)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    return np.einsum("bht,bhtd->bhd", p / p.sum(-1, keepdims=True), Vr)
+
+
+@pytest.mark.parametrize("nh,nkv", [(16, 8), (4, 4), (6, 1)])
+def test_attend_matches_the_reference_on_cache_views(nh, nkv):
+    rng = np.random.default_rng(nh + nkv)
+    B, T, D = 3, 37, 64
+    kbuf, vbuf = (rng.standard_normal((B, nkv, T + 11, D), dtype=np.float32) for _ in "kv")  # spare capacity
+    K, V = kbuf[:, :, :T], vbuf[:, :, :T]  # views, as DenseKVCache hands them out
+    assert not K.flags.c_contiguous
+    q = rng.standard_normal((B, nh, D), dtype=np.float32)
+    pad = np.array([0, 5, T])  # no padding, some, and a row that sees nothing (uniform average)
+    want = reference_attend(q, K, V, np.float32(D**-0.5), pad)
+    assert rel_err(fused.attend(q, K, V, np.float32(D**-0.5), pad), want) < 1e-5
+    Kc, Vc = np.ascontiguousarray(K), np.ascontiguousarray(V)  # a paged cache's gathered arrays
+    assert rel_err(fused.attend(q, Kc, Vc, np.float32(D**-0.5), pad), want) < 1e-5
+    assert fused._contiguous_base(K) is kbuf  # the kernel reads the buffer, no copy of the history
+
+
+def test_norm_and_rope_match_the_reference():
+    rng = np.random.default_rng(1)
+    rope = RoPE(128, 1e6)
+    x = rng.standard_normal((2, 8, 128), dtype=np.float32) * 3
+    w = rng.standard_normal(128, dtype=np.float32)
+    shared = rope.tables(np.array([4097]))  # one position for every row
+    per_row = rope.tables(np.array([[[9]], [[4097]]]))  # left-padded batch: each row its own position
+    for (cos, sin), pos in ((shared, [4097, 4097]), (per_row, [9, 4097])):
+        want = np.stack(
+            [rope(rms_norm(x[b][:, None], w, 1e-6), *rope.tables(np.array([p])))[:, 0] for b, p in enumerate(pos)]
+        )
+        assert rel_err(fused.norm_rope(x, w, 1e-6, cos, sin), want) < 1e-5
+    h = rng.standard_normal((2, 1, 1024), dtype=np.float32)
+    assert rel_err(fused.rms_norm(h, w.repeat(8), 1e-6), rms_norm(h, w.repeat(8), 1e-6)) < 1e-6
+
+
+@pytest.mark.parametrize("name", list(KNOBS))
+def test_decode_steps_equal_the_reference_path(tmp_path, monkeypatch, name):
+    d = write_random_checkpoint(tmp_path / name, config(name), dtype="float32")
+    model = load_model(d)
+    rows = np.array([[0, 0, 5, 6, 9], [1, 2, 3, 4, 8]])
+    got: dict = {}
+    for enabled in (False, True):
+        monkeypatch.setattr(fused, "ENABLED", enabled)
+        caches = model.make_cache()  # a left-padded batch on dense caches
+        model(rows, 0, caches, pad=[2, 0])
+        got[enabled] = [model(np.array([[7], [300]]), 5 + i, caches, pad=[2, 0]) for i in range(4)]
+        caches = model.make_cache("paged")  # one sequence on paged caches
+        model(rows[1:], 0, caches)
+        got[enabled] += [model(np.array([[11 * i]]), 5 + i, caches) for i in range(4)]
+    for a, b in zip(got[False], got[True], strict=True):
+        assert rel_err(b, a) < 1e-5
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+def test_prefill_chunks_the_stored_weights(monkeypatch, bits):
+    """A matrix bigger than the scratch buffer (an lm_head) is expanded and multiplied in row chunks."""
+    monkeypatch.setattr(kernels, "SCRATCH_FLOATS", 5 * 192)  # 5 rows of 192
+    rng = np.random.default_rng(bits)
+    w = rng.standard_normal((23, 192), dtype=np.float32)
+    x = rng.standard_normal((kernels.SMALL + 3, 192), dtype=np.float32)
+    q = quantized.quantize_affine(w, bits=bits, group=64)
+    assert rel_err(quantized.linear_affine(x, q), x.astype(np.float64) @ q.dequantize().T) < 1e-5
+    b = f32_to_bf16(w)
+    assert rel_err(kernels.linear_bf16(x, b), x.astype(np.float64) @ kernels.widen(b).T) < 1e-5
