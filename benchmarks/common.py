@@ -56,3 +56,29 @@ def read_bandwidth_gbs(nbytes: int = 1 << 30, repeat: int = 3) -> float:
         a.sum()
         best = min(best, time.perf_counter() - t0)
     return nbytes / best / 1e9
+
+
+def read_bandwidth_gbs_all_cores(nbytes: int = 1 << 30, repeat: int = 5) -> float:
+    """The same streaming read with every core (numba, parallel over blocks): what a decode kernel can reach."""
+    from numba import njit, prange
+
+    @njit(parallel=True, fastmath=True)
+    def total(a: np.ndarray) -> float:
+        n = a.shape[0] // 64
+        parts = np.zeros(64, np.float32)
+        for b in prange(64):
+            seg = a[b * n : (b + 1) * n]  # a slice from 0: numba vectorises range(len), not range(lo, hi)
+            s = np.float32(0.0)
+            for j in range(seg.shape[0]):
+                s += seg[j]
+            parts[b] = s
+        return parts.sum()
+
+    a = np.ones(nbytes // 4, dtype=np.float32)
+    total(a)
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        total(a)
+        best = min(best, time.perf_counter() - t0)
+    return nbytes / best / 1e9

@@ -25,7 +25,8 @@ from fs_model.numpy import mlp
 path, dtype, quantize, S, N = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
 model = load_model(path, dtype=None if dtype == "float32" else dtype, quantize=None if quantize == "-" else quantize)
 ids = [(7 * i + 3) % 150000 for i in range(S)]
-model(np.array([ids[:8]]), 0, model.make_cache(), logits_to_keep=1)  # warm the kernels (numba compiles)
+for n in (8, 16):  # warm both kernel paths (numba compiles or loads its cache on the first call)
+    model(np.array([ids[:n]]), 0, model.make_cache(), logits_to_keep=1)
 caches = model.make_cache()
 t0 = time.perf_counter(); model(np.array([ids]), 0, caches, logits_to_keep=1); prefill = time.perf_counter() - t0
 inside = [0.0]
@@ -38,7 +39,10 @@ t0 = time.perf_counter()
 for i in range(N):
     model(np.array([[ids[i]]]), S + i, caches, logits_to_keep=1)
 decode = time.perf_counter() - t0
-print(json.dumps({"prefill_tps": S / prefill, "decode_tps": N / decode, "outside_kernels": 1 - inside[0] / decode}))
+import resource
+rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+print(json.dumps({"prefill_tps": S / prefill, "decode_tps": N / decode, "outside_kernels": 1 - inside[0] / decode,
+                  "peak_rss": rss}))
 """
 
 MLX_LM = """
@@ -82,35 +86,35 @@ def run(python: str, code: str, *args: object) -> dict | None:
 
 def main() -> None:
     sys.path.insert(0, "benchmarks")
-    from common import qwen3_06b, read_bandwidth_gbs
+    from common import qwen3_06b, read_bandwidth_gbs, read_bandwidth_gbs_all_cores
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--prefill", type=int, default=128)
     ap.add_argument("--decode", type=int, default=32)
+    ap.add_argument(
+        "--rounds", type=int, default=2, help="run every engine this many times, interleaved; keep the best"
+    )
     ap.add_argument("--llama-python", help="a python with llama-cpp-python installed")
     ap.add_argument("--tokenizer", default=str(Path(__file__).resolve().parents[2] / "shared" / "qwen3-tokenizer"))
     ap.add_argument("--skip-mlx-lm", action="store_true")
+    ap.add_argument("--out", help="write the results as JSON here (docs/data/cpu_speed.json feeds the plot)")
     args = ap.parse_args()
     S, N = args.prefill, args.decode
-    bw = read_bandwidth_gbs()
-    bf16 = qwen3_06b("bfloat16")
+    bw, bw_all = read_bandwidth_gbs(), read_bandwidth_gbs_all_cores()
+    bf16, f32 = qwen3_06b("bfloat16"), qwen3_06b("float32")
     params = 596_049_920
-    print(f"streaming-read bandwidth (one thread): {bw:.1f} GB/s; checkpoint {bf16}; prefill {S}, decode {N}")
-    rows = []
-    fs_engines = [
-        ("fs f32 (reference)", "float32", "-", 4.0),
-        ("fs bf16", "bfloat16", "-", 2.0),
-        ("fs int8", "float32", "int8", 1 + 8 / 64),
-        ("fs int4", "float32", "int4", 0.5 + 8 / 64),
+    print(f"streaming-read bandwidth: {bw:.1f} GB/s one thread, {bw_all:.1f} GB/s all cores (numba)")
+    print(f"checkpoint {bf16}; prefill {S}, decode {N}")
+    # (name, python, script, args, weight bytes per parameter)
+    engines = [
+        ("fs f32", sys.executable, FS, (bf16, "float32", "-"), 4.0),
+        ("fs bf16", sys.executable, FS, (bf16, "bfloat16", "-"), 2.0),
+        ("fs int8", sys.executable, FS, (bf16, "bfloat16", "int8"), 1 + 8 / 64),
+        ("fs int4", sys.executable, FS, (bf16, "bfloat16", "int4"), 0.5 + 8 / 64),
     ]
-    for name, dtype, quant, bpp in fs_engines:
-        r = run(sys.executable, FS, bf16, dtype, quant, S, N)
-        if r:
-            rows.append((name, r, bpp))
     if not args.skip_mlx_lm:
-        r = run(sys.executable, MLX_LM, bf16, S, N)
-        if r:
-            rows.append(("mlx-lm bf16", r, 2.0))
+        engines += [("mlx-lm f32", sys.executable, MLX_LM, (f32,), 4.0)]
+        engines += [("mlx-lm bf16", sys.executable, MLX_LM, (bf16,), 2.0)]
     if args.llama_python:
         from export_gguf import export
 
@@ -118,29 +122,46 @@ def main() -> None:
             g = Path(f"/tmp/fs-bench/qwen3-0.6b-{kind}.gguf")
             if not g.exists():
                 export(bf16, g, kind, Path(args.tokenizer))
-            r = run(args.llama_python, LLAMA, g, S, N)
+            engines.append((f"llama.cpp {kind.upper()}", args.llama_python, LLAMA, (g,), bpp))
+    best: dict[str, dict] = {}
+    for rnd in range(args.rounds):
+        for name, python, code, extra, _ in engines:
+            r = run(python, code, *extra, S, N)
+            print(f"round {rnd + 1} {name}: {r}", flush=True)
             if r:
-                rows.append((f"llama.cpp {kind.upper()}", r, bpp))
-    print(f"{'engine':22s} {'prefill tok/s':>13s} {'decode tok/s':>12s} {'GB/token':>8s} {'GB/s':>6s}  outside kernels")
-    for name, r, bpp in rows:
-        gb = params * bpp / 1e9
-        extra = f"{r['outside_kernels']:.0%}" if "outside_kernels" in r else ""
-        tps = r["decode_tps"]
-        print(f"{name:22s} {r['prefill_tps']:13.1f} {tps:12.2f} {gb:8.2f} {gb * tps:6.1f}  {extra}")
-    res = {name: r for name, r, _ in rows}
+                b = best.setdefault(name, dict(r))
+                for k in ("prefill_tps", "decode_tps"):
+                    b[k] = max(b[k], r[k])
+    print(f"\nbest of {args.rounds} rounds")
+    head = ("engine", "prefill tok/s", "decode tok/s", "GB/token", "GB/s", "RSS/weights")
+    print(f"{head[0]:14s} {head[1]:>13s} {head[2]:>12s} {head[3]:>8s} {head[4]:>6s} {head[5]:>11s}  outside kernels")
+    for name, _, _, _, bpp in engines:
+        if name not in best:
+            continue
+        r, gb = best[name], params * bpp / 1e9
+        r["gb_per_token"] = gb
+        rss = f"{r['peak_rss'] / (params * 2):.2f}" if "peak_rss" in r else ""  # the bf16 checkpoint's weight bytes
+        out = f"{r['outside_kernels']:.0%}" if "outside_kernels" in r else ""
+        pre, dec = r["prefill_tps"], r["decode_tps"]
+        print(f"{name:14s} {pre:13.1f} {dec:12.2f} {gb:8.2f} {gb * dec:6.1f} {rss:>11s}  {out}")
     pairs = [
         ("fs bf16", "llama.cpp BF16"),
         ("fs int8", "llama.cpp Q8_0"),
         ("fs int4", "llama.cpp Q4_0"),
+        ("fs f32", "mlx-lm f32"),
         ("fs bf16", "mlx-lm bf16"),
-        ("fs f32 (reference)", "mlx-lm bf16"),
     ]
+    ratios = {}
     for a, b in pairs:
-        if a in res and b in res:
-            print(
-                f"ratio {a} / {b}: decode {res[a]['decode_tps'] / res[b]['decode_tps']:.2f}x, "
-                f"prefill {res[a]['prefill_tps'] / res[b]['prefill_tps']:.2f}x"
-            )
+        if a in best and b in best:
+            d, p = (best[a][k] / best[b][k] for k in ("decode_tps", "prefill_tps"))
+            ratios[f"{a} / {b}"] = {"decode": round(d, 3), "prefill": round(p, 3)}
+            print(f"ratio {a} / {b}: decode {d:.2f}x, prefill {p:.2f}x")
+    if args.out:
+        Path(args.out).write_text(
+            json.dumps({"read_gbs": bw, "read_gbs_all_cores": bw_all, "engines": best, "ratios": ratios}, indent=1)
+            + "\n"
+        )
 
 
 if __name__ == "__main__":

@@ -131,32 +131,50 @@ if HAVE_NUMBA:
         return sl, sh
 
     @njit(fastmath=True, cache=True)
-    def _row_dot(row, sc, bi, x, xsum, G, bits):  # pragma: no cover - compiled
-        ng = sc.shape[0]
-        acc = np.float32(0.0)
-        if bits == 8:
-            for g in range(ng):
-                acc += sc[g] * _dot8(row[g * G : (g + 1) * G], x[g * G : (g + 1) * G], G) + bi[g] * xsum[g]
-            return acc
-        for c in range(ng // 2):
-            a, g = 2 * c * G, 2 * c
-            sl, sh = _dot4(row[c * G : (c + 1) * G], x[a : a + G], x[a + G : a + 2 * G], G)
-            acc += sc[g] * sl + sc[g + 1] * sh + bi[g] * xsum[g] + bi[g + 1] * xsum[g + 1]
-        if ng % 2:
-            g, H = ng - 1, G // 2
-            a, b = g * G, ng // 2 * G
-            sl, sh = _dot4(row[b : b + H], x[a : a + H], x[a + H : a + G], H)
-            acc += sc[g] * (sl + sh) + bi[g] * xsum[g]
-        return acc
+    def _dot8_64(q, x):  # pragma: no cover - compiled
+        """_dot8 with the trip count a literal (MLX's default group): LLVM unrolls it into straight-line vector
+        code, ~10 % more bandwidth on the 0.6B decode pass (the 4-bit loop measured slower that way)."""
+        s = np.float32(0.0)
+        for j in range(64):
+            s += np.float32(np.int32(q[j])) * x[j]
+        return s
 
     @njit(parallel=True, fastmath=True, cache=True)
-    def _rows_q(q, scales, biases, X, XS, G, bits, out):  # pragma: no cover - compiled
+    def _rows_q8(q, scales, biases, X, XS, G, out):  # pragma: no cover - compiled
         """out[r, i] = X[r] · w[i] for a few rows r (XS[r] = X[r]'s group sums): one pass over the codes."""
-        n = q.shape[0]
+        n, ng = scales.shape
         for blk in prange((n + 15) // 16):
             for i in range(blk * 16, min(n, blk * 16 + 16)):
+                row, sc, bi = q[i], scales[i], biases[i]
                 for r in range(X.shape[0]):
-                    out[r, i] = _row_dot(q[i], scales[i], biases[i], X[r], XS[r], G, bits)
+                    x, xs = X[r], XS[r]
+                    acc = np.float32(0.0)
+                    for g in range(ng):
+                        qg, xg = row[g * G : (g + 1) * G], x[g * G : (g + 1) * G]
+                        acc += sc[g] * (_dot8_64(qg, xg) if G == 64 else _dot8(qg, xg, G)) + bi[g] * xs[g]
+                    out[r, i] = acc
+
+    @njit(parallel=True, fastmath=True, cache=True)
+    def _rows_q4(q, scales, biases, X, XS, G, out):  # pragma: no cover - compiled
+        """The 4-bit planar twin of _rows_q8: each pair of groups is one G-byte vector of two nibble planes."""
+        n, ng = scales.shape
+        H = G // 2
+        for blk in prange((n + 15) // 16):
+            for i in range(blk * 16, min(n, blk * 16 + 16)):
+                row, sc, bi = q[i], scales[i], biases[i]
+                for r in range(X.shape[0]):
+                    x, xs = X[r], XS[r]
+                    acc = np.float32(0.0)
+                    for c in range(ng // 2):
+                        a, g = 2 * c * G, 2 * c
+                        sl, sh = _dot4(row[c * G : (c + 1) * G], x[a : a + G], x[a + G : a + 2 * G], G)
+                        acc += sc[g] * sl + sc[g + 1] * sh + bi[g] * xs[g] + bi[g + 1] * xs[g + 1]
+                    if ng % 2:  # an odd last group shares its bytes between its own two halves
+                        g = ng - 1
+                        a, b = g * G, ng // 2 * G
+                        sl, sh = _dot4(row[b : b + H], x[a : a + H], x[a + H : a + G], H)
+                        acc += sc[g] * (sl + sh) + bi[g] * xs[g]
+                    out[r, i] = acc
 
     @njit(fastmath=True, cache=True)
     def _dequant_rows(q, scales, biases, G, bits, a, out):  # pragma: no cover - compiled
@@ -194,7 +212,7 @@ def linear_affine(x: np.ndarray, w: AffineWeight) -> np.ndarray:
     elif rows.shape[0] <= SMALL:
         y = np.empty((rows.shape[0], n), np.float32)
         xsum = rows.reshape(rows.shape[0], -1, w.group_size).sum(axis=2, dtype=np.float32)
-        _rows_q(w.codes, w.scales, w.biases, rows, xsum, w.group_size, w.bits, y)
+        (_rows_q8 if w.bits == 8 else _rows_q4)(w.codes, w.scales, w.biases, rows, xsum, w.group_size, y)
     else:
         y = blocked_matmul(
             rows, n, k, lambda a, buf: _dequant_rows(w.codes, w.scales, w.biases, w.group_size, w.bits, a, buf)
