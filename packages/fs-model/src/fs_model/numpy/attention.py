@@ -21,11 +21,18 @@ class Attention:
         self.nh, self.nkv, self.D, self.eps, self.rope = nh, nkv, D, eps, rope
         self.scale = np.float32(D**-0.5)
 
+    @property
+    def fused(self) -> bool:
+        """Decode steps use fused.py when the matrices run on numba kernels (bf16 bits, quantized codes). float32
+        matrices run on OpenBLAS's threads, and interleaving numba calls between its products measured slower
+        than the numpy glue (docs/performance.md)."""
+        return fused.ENABLED and not (isinstance(self.wq, np.ndarray) and self.wq.dtype == np.float32)
+
     def __call__(
         self, x: np.ndarray, tables: tuple[np.ndarray, np.ndarray], cache=None, pad: np.ndarray | None = None
     ) -> np.ndarray:
         B, S, _ = x.shape
-        if S == 1 and fused.ENABLED:
+        if S == 1 and self.fused:
             return self._decode_step(x, tables, cache, pad)
         q = linear(x, self.wq).reshape(B, S, self.nh, self.D)
         k = linear(x, self.wk).reshape(B, S, self.nkv, self.D)

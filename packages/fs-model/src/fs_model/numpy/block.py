@@ -14,6 +14,6 @@ class Block:
         self.norm1, self.norm2, self.eps = w["input_layernorm"], w["post_attention_layernorm"], eps
 
     def __call__(self, x: np.ndarray, tables, cache=None, pad: np.ndarray | None = None) -> np.ndarray:
-        norm = fused.rms_norm if x.shape[1] == 1 and fused.ENABLED else rms_norm
+        norm = fused.rms_norm if x.shape[1] == 1 and self.attn.fused else rms_norm
         x = x + self.attn(norm(x, self.norm1, self.eps), tables, cache, pad)
         return x + self.mlp(norm(x, self.norm2, self.eps))

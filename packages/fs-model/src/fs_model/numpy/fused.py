@@ -5,7 +5,8 @@ per-head q/k norm and RoPE, grouped-query attention over the cache, softmax) is 
 per layer, each a few microseconds of dispatch for a few kilobytes of data: ~15 % of a 0.6B decode step
 (docs/performance.md). These kernels do the same arithmetic in one pass each, in float32, and are tested against
 the readable numpy path (norm.py, rope.py, attention.py), which stays the reference and runs whenever numba is
-absent, ``FS_REFERENCE_PATH=1`` is set, or a step has more than one token.
+absent, ``FS_REFERENCE_PATH=1`` is set, a step has more than one token, or the weights are float32 (see
+Attention.fused).
 """
 
 import os
@@ -47,8 +48,7 @@ if HAVE_NUMBA:
                     out[b, h, i] = x1 * cos[b, i] - x2 * sin[b, i]
                     out[b, h, i + half] = x1 * sin[b, i] + x2 * cos[b, i]
 
-    @njit(parallel=True, fastmath=True, cache=True)
-    def _attend(q, K, V, T, scale, pad, out):  # pragma: no cover - compiled
+    def _attend_impl(q, K, V, T, scale, pad, out):  # pragma: no cover - compiled
         """One query per row over the first T cache positions: q/out [B, nh, D], K/V [B, nkv, >=T, D]; the
         G = nh/nkv query heads of a kv head share each K and V row read. Keys before pad[b] are invisible (all
         invisible: uniform average, as the reference's finite mask gives)."""
@@ -83,6 +83,8 @@ if HAVE_NUMBA:
             for j in range(G):
                 for d in range(D):
                     out[b, g * G + j, d] = o[j, d] / tot[j]
+
+    _attend = njit(parallel=True, fastmath=True, cache=True)(_attend_impl)
 
 
 def rms_norm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
