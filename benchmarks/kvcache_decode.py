@@ -23,8 +23,10 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--contexts", type=int, nargs="+", default=[128, 1024, 4096])
     ap.add_argument("--steps", type=int, default=16)
+    ap.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32", help="weights kept in memory")
+    ap.add_argument("--skip-radix", action="store_true")
     args = ap.parse_args()
-    model = load_model(qwen3_06b("float32"))
+    model = load_model(qwen3_06b(args.dtype), dtype=None if args.dtype == "float32" else args.dtype)
     rng = np.random.default_rng(0)
     per_token = {}
     for ctx in args.contexts:
@@ -46,6 +48,8 @@ def main() -> None:
     lo, hi = min(per_token), max(per_token)
     print(f"decode cost at {hi} context / at {lo} context = {per_token[hi] / per_token[lo]:.2f}x (goal <= 1.5x)")
 
+    if args.skip_radix:
+        return
     prefix = rng.integers(0, 150000, 1024).tolist()
     radix = RadixPrefixCache(("qwen3-0.6b-random", "f32"), block_size=16, max_bytes=8 << 30)
     caches = model.make_cache()

@@ -1,4 +1,5 @@
-"""Plots for docs/performance.md from the recorded numbers in docs/data/results.json.
+"""Plots for docs/performance.md from the recorded numbers in docs/data/results.json and
+docs/data/cpu_speed.json (written by ``benchmarks/cpu_speed.py --out``).
 
 uv run --group bench python benchmarks/plot_results.py
 """
@@ -45,7 +46,35 @@ def main() -> None:
     bars(axes[1], r["tokenizer_mb_s"]["pydoc_data.topics"], "encode, one thread (pydoc topics)", "MB/s")
     fig.tight_layout()
     fig.savefig(out / "cache_and_tokenizer.png", dpi=110)
-    print(f"wrote {out}/model_speed.png and cache_and_tokenizer.png")
+    cpu_speed(json.loads((ROOT / "docs/data/cpu_speed.json").read_text()), out / "cpu_speed.png")
+    print(f"wrote {out}/model_speed.png, cache_and_tokenizer.png and cpu_speed.png")
+
+
+def cpu_speed(r: dict, path: Path) -> None:
+    """Issue 8's run: fs, llama.cpp and mlx-lm side by side per weight format, decode and prefill."""
+    formats = [("f32", "fs f32", None, "mlx-lm f32"), ("bf16", "fs bf16", "llama.cpp BF16", "mlx-lm bf16")]
+    formats += [("8-bit", "fs int8", "llama.cpp Q8_0", None), ("4-bit", "fs int4", "llama.cpp Q4_0", None)]
+    engines = r["engines"]
+    fig, axes = plt.subplots(1, 2, figsize=(12, 3.6))
+    for ax, key, title in zip(
+        axes, ("decode_tps", "prefill_tps"), ("decode (batch 1)", "prefill, 128 tokens"), strict=True
+    ):
+        for j, (label, color) in enumerate((("fs", "#2b6cb0"), ("llama.cpp", "#dd6b20"), ("mlx-lm", "#a0aec0"))):
+            xs, ys = [], []
+            for i, f in enumerate(formats):
+                name = f[1 + j]
+                if name and name in engines:
+                    xs.append(i + (j - 1) * 0.27)
+                    ys.append(engines[name][key])
+            ax.bar(xs, ys, width=0.27, color=color, label=label)
+            for x, y in zip(xs, ys, strict=True):
+                ax.text(x, y, f"{y:.0f}" if y >= 10 else f"{y:.1f}", ha="center", va="bottom", fontsize=7)
+        ax.set_xticks(range(len(formats)), [f[0] for f in formats])
+        ax.set_ylabel("tokens/s")
+        ax.set_title(f"Qwen3-0.6B shapes, 2 CPU cores: {title}")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
 
 
 if __name__ == "__main__":

@@ -132,3 +132,19 @@ def test_checkpoint_failing_cross_check_is_refused(tmp_path):
         load_model(tmp_path / "nope")
     with pytest.raises(ModelError, match="unknown backend"):
         load_model(d, backend="torch")
+
+
+@pytest.mark.parametrize("name", ["untied-gqa2", "mqa"])
+def test_long_prompt_attention_in_query_chunks_equals_one_pass(checkpoints, monkeypatch, name):
+    """A long prompt's scores are computed a chunk of queries at a time (bounded memory); the chunk edges must
+    keep the causal mask, the cache offset and left padding exactly as one pass does."""
+    from fs_model.numpy import attention
+
+    model = load_model(checkpoints[name])
+    rows = np.array([[0, 0, 0, *range(5, 22)], list(range(30, 50))])
+    want_caches, got_caches = model.make_cache(), model.make_cache()
+    want = [model(rows[:, :7], 0, want_caches, pad=[3, 0]), model(rows[:, 7:], 7, want_caches, pad=[3, 0])]
+    monkeypatch.setattr(attention, "SCORES_BUDGET", 3 * 4 * 2 * model.config.num_attention_heads * 20)  # 3 queries
+    got = [model(rows[:, :7], 0, got_caches, pad=[3, 0]), model(rows[:, 7:], 7, got_caches, pad=[3, 0])]
+    for a, b in zip(got, want, strict=True):
+        assert rel_err(a, b) < 1e-5

@@ -12,6 +12,7 @@ from .rope import RoPE
 
 # Finite, so a query with no visible key (a left-padding row) gets a harmless uniform average, not NaN.
 MASKED = np.float32(-1e30)
+SCORES_BUDGET = 64 << 20  # bytes of attention scores at once: a 32k-token prompt needs no 60 GB score tensor
 
 
 class Attention:
@@ -43,20 +44,29 @@ class Attention:
         q, k = self.rope(q, *tables), self.rope(k, *tables)
         if cache is not None:
             k, v = cache.update_and_fetch(k, v)
-        T = k.shape[2]
-        G = self.nh // self.nkv
+        T, G = k.shape[2], self.nh // self.nkv
         qg = q.reshape(B, self.nkv, G, S, self.D)  # query heads h = g·G + j share kv head g
-        scores = (qg @ k[:, :, None].swapaxes(-1, -2)) * self.scale  # [B, nkv, G, S, T]
-        if S > 1:
-            past = T - S  # query i sits at cache position past + i and sees keys 0 .. past + i
-            scores = np.where(np.arange(T) <= past + np.arange(S)[:, None], scores, MASKED)
+        out = np.empty_like(qg)
+        step = max(1, SCORES_BUDGET // (4 * B * self.nh * T))  # long prompts: the scores, a chunk of queries at a time
+        for a in range(0, S, step):
+            out[:, :, :, a : a + step] = self._attend(qg[:, :, :, a : a + step], k, v, T - S + a, pad)
+        out = out.reshape(B, self.nh, S, self.D)
+        return linear(out.transpose(0, 2, 1, 3).reshape(B, S, self.nh * self.D), self.wo)
+
+    def _attend(self, q: np.ndarray, k: np.ndarray, v: np.ndarray, first: int, pad: np.ndarray | None) -> np.ndarray:
+        """Queries q [B, nkv, G, s, D] at cache positions first .. first+s-1 over the keys they can see."""
+        s = q.shape[3]
+        T = first + s  # causal: later keys are invisible to every query here
+        k, v = k[:, :, :T], v[:, :, :T]
+        scores = (q @ k[:, :, None].swapaxes(-1, -2)) * self.scale  # [B, nkv, G, s, T]
+        if s > 1:  # query i sees keys 0 .. first + i
+            scores = np.where(np.arange(T) <= first + np.arange(s)[:, None], scores, MASKED)
         if pad is not None:  # row b's first pad[b] cache positions are left padding: no query may see them
             visible = np.arange(T) >= pad[:, None]  # [B, T]
             scores = np.where(visible[:, None, None, None, :], scores, MASKED)
         scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
         probs = scores / scores.sum(axis=-1, keepdims=True)
-        out = (probs @ v[:, :, None]).reshape(B, self.nh, S, self.D)
-        return linear(out.transpose(0, 2, 1, 3).reshape(B, S, self.nh * self.D), self.wo)
+        return probs @ v[:, :, None]
 
     def _decode_step(self, x: np.ndarray, tables: tuple[np.ndarray, np.ndarray], cache, pad) -> np.ndarray:
         """The same computation for one token per row, with fused.py's kernels instead of the numpy glue."""
