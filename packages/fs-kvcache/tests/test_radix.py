@@ -109,3 +109,17 @@ def test_prompt_cache_file_roundtrip_and_identity(tmp_path):
     (tmp_path / "bad.safetensors").write_bytes(b"garbage")
     with pytest.raises(KVCacheError, match="not a readable prompt-cache file"):
         load_prompt_cache(tmp_path / "bad.safetensors", ident)
+
+
+def test_prompt_cache_keeps_a_bf16_cache_as_bits(tmp_path):
+    """A numpy bf16 cache holds uint16 bit patterns; the file says bfloat16 and gives the same bits back."""
+    tokens = [5, 6]
+    state = [(k.view(np.uint32).astype(np.uint16), v.view(np.uint32).astype(np.uint16)) for k, v in state_for(tokens)]
+    ident = identity_string(model="tiny", dtype="bfloat16")
+    save_prompt_cache(tmp_path / "b.safetensors", tokens, state, ident)
+    got_tokens, got, dtype = load_prompt_cache(tmp_path / "b.safetensors", ident)
+    assert dtype == "bfloat16" and got_tokens == tokens
+    for (k, v), (gk, gv) in zip(state, got, strict=True):
+        assert gk.dtype == np.uint16
+        np.testing.assert_array_equal(k, gk)
+        np.testing.assert_array_equal(v, gv)

@@ -45,7 +45,7 @@ def test_matvec_bf16_lm_head_shape():
 
 def test_bf16_weights_in_memory_give_the_reference_logits(tmp_path):
     d = write_random_checkpoint(tmp_path / "m", config("tied"), dtype="bfloat16")
-    ref, fast = load_model(d), load_model(d, dtype="bfloat16")
+    ref, fast = load_model(d), load_model(d, dtype="bfloat16", kv_dtype="float32")
     assert fast.blocks[0].mlp.gate.dtype == np.uint16 and not fast.blocks[0].mlp.gate.flags.writeable  # the mmap
     ids = [3, 141, 59, 265, 358, 97]
     assert rel_err(fast.forward(ids), ref.forward(ids)) < 1e-5
@@ -53,6 +53,23 @@ def test_bf16_weights_in_memory_give_the_reference_logits(tmp_path):
     ref.forward(ids, a), fast.forward(ids, b)
     for t in (7, 99, 3):
         assert rel_err(fast.forward([t], b), ref.forward([t], a)) < 1e-5
+
+
+def test_bf16_models_keep_a_bf16_kv_cache(tmp_path):
+    """By default a bf16 model's cache holds bf16 bits (half the bytes); the logits move by bf16 rounding of K and
+    V only: within bf16 tolerance of the float32 cache, with the same argmax."""
+    d = write_random_checkpoint(tmp_path / "m", config("untied-gqa2"), dtype="bfloat16")
+    f32kv, bf16kv = load_model(d, dtype="bfloat16", kv_dtype="float32"), load_model(d, dtype="bfloat16")
+    assert bf16kv.kv_dtype == "bfloat16" and load_model(d).kv_dtype == "float32"
+    ids = [3, 141, 59, 265, 358, 97]
+    a, b = f32kv.make_cache(), bf16kv.make_cache()
+    assert rel_err(bf16kv.forward(ids, b), f32kv.forward(ids, a)) < 1e-2
+    assert b[0].key_values[0].dtype == np.uint16 and b[0].key_values[0].nbytes * 2 == a[0].key_values[0].nbytes
+    for t in (7, 99, 3):
+        want, got = f32kv.forward([t], a), bf16kv.forward([t], b)
+        assert rel_err(got, want) < 1e-2 and got.argmax() == want.argmax()
+    with pytest.raises(Exception, match="kv_dtype must be float32 or bfloat16"):
+        load_model(d, kv_dtype="float16")
 
 
 @pytest.mark.parity  # the parity session installs every extra, numba included; its absence there is a failure
@@ -94,7 +111,7 @@ def test_quantized_matvec_equals_the_dequantized_reference(name, bits):
 @pytest.mark.parametrize("bits", [4, 8])
 def test_native_mlx_checkpoints_stay_quantized_and_match_the_reference(tmp_path, bits):
     d = write_random_checkpoint(tmp_path / "q", config("tied"), dtype="float32", quantize=bits, group_size=32)
-    ref, native = load_model(d), load_model(d, dtype="native")
+    ref, native = load_model(d), load_model(d, dtype="native", kv_dtype="float32")
     assert type(native.blocks[0].mlp.gate).__name__ == "AffineWeight"
     ids = [3, 141, 59, 265]
     assert rel_err(native.forward(ids), ref.forward(ids)) < 1e-5

@@ -19,13 +19,16 @@ FORMAT = "fs-prompt-cache/1"
 
 
 def _to_numpy(x: Any) -> tuple[np.ndarray, str]:
-    """(numpy array, dtype name); MLX bfloat16 travels as its uint16 bit pattern."""
+    """(numpy array, dtype name); bfloat16 travels as its uint16 bit pattern (MLX's, or a numpy cache's, which
+    holds bf16 as uint16 bits already)."""
     if type(x).__module__.startswith("mlx"):
         import mlx.core as mx
 
         if x.dtype == mx.bfloat16:
             return np.array(x.view(mx.uint16)), "bfloat16"
         x = np.array(x)
+    if x.dtype == np.uint16:
+        return np.ascontiguousarray(x), "bfloat16"
     if x.dtype not in (np.float32, np.float16):
         raise KVCacheError(f"cannot store a {x.dtype} cache")
     return np.ascontiguousarray(x), str(x.dtype)

@@ -38,6 +38,7 @@ def load_model(
     backend: str = "numpy",
     dtype: str | None = None,
     quantize: str | None = None,
+    kv_dtype: str | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> Model:
     """``path`` is a model directory.
@@ -46,6 +47,8 @@ def load_model(
     reference; ``"bfloat16"`` keeps matrices as bf16 bits; ``"native"`` keeps them as stored (bf16 stays bf16, an
     MLX 4/8-bit checkpoint stays quantized); ``quantize="int8"|"int4"`` quantizes float matrices at load (MLX's
     affine format, group 64, lm_head included). Kept and quantized weights run on ``fs-model[fast]`` kernels.
+    ``kv_dtype`` ("float32" or "bfloat16") is what the KV cache holds; by default bfloat16 when the matrices are
+    kept in bf16 or quantized (as mlx-lm's caches follow the model's dtype), float32 for the float32 reference.
     MLX backend: ``dtype`` is the compute dtype ("float32", "bfloat16", "float16"; default: the checkpoint's).
     ``progress(done, total)`` is called as tensors are loaded."""
     p = Path(path)
@@ -65,6 +68,8 @@ def load_model(
             raise ModelError(f"numpy backend weights: dtype must be float32, bfloat16 or native, not {dtype!r}")
         if quantize not in (None, "int8", "int4"):
             raise ModelError(f"quantize must be int8 or int4, not {quantize!r}")
+        if kv_dtype is None:
+            kv_dtype = "float32" if dtype in (None, "float32") and quantize is None else "bfloat16"
         from .numpy import NumpyModel
 
         names = [n for n in ckpt.names() if not n.endswith((".scales", ".biases"))]
@@ -73,9 +78,11 @@ def load_model(
             weights[n] = _numpy_weight(ckpt, n, dtype, quantize)
             if progress is not None:
                 progress(i, len(names))
-        return NumpyModel(config, weights, str(p))
+        return NumpyModel(config, weights, str(p), kv_dtype=kv_dtype)
     if quantize is not None:
         raise ModelError("quantize= applies to the numpy backend; for MLX use an MLX-quantized checkpoint")
+    if kv_dtype is not None:
+        raise ModelError("kv_dtype= applies to the numpy backend; MLX caches hold the compute dtype")
     from .mlx import MlxModel
 
     return MlxModel.from_checkpoint(config, ckpt, dtype, str(p), progress)

@@ -1,11 +1,16 @@
 """Grouped-query attention with Qwen3's per-head q/k RMSNorm, RoPE and a KV cache.
 
 Shapes: x [B, S, H] -> q [B, nh, S, D], k/v [B, nkv, S, D]; each group of nh/nkv query heads reads one kv head.
+With ``kv_bf16`` the keys and values are rounded to bf16 as they are made and the cache holds their bit patterns
+(uint16): half the bytes to keep and to read per token, as mlx-lm's bf16 models do.
 """
 
 import numpy as np
 
+from fs_weights import f32_to_bf16
+
 from . import fused
+from .kernels import widen
 from .mlp import linear
 from .norm import rms_norm
 from .rope import RoPE
@@ -16,10 +21,12 @@ SCORES_BUDGET = 64 << 20  # bytes of attention scores at once: a 32k-token promp
 
 
 class Attention:
-    def __init__(self, w: dict[str, np.ndarray], nh: int, nkv: int, D: int, eps: float, rope: RoPE):
+    def __init__(
+        self, w: dict[str, np.ndarray], nh: int, nkv: int, D: int, eps: float, rope: RoPE, kv_bf16: bool = False
+    ):
         self.wq, self.wk, self.wv, self.wo = w["q_proj"], w["k_proj"], w["v_proj"], w["o_proj"]
         self.q_norm, self.k_norm = w["q_norm"], w["k_norm"]
-        self.nh, self.nkv, self.D, self.eps, self.rope = nh, nkv, D, eps, rope
+        self.nh, self.nkv, self.D, self.eps, self.rope, self.kv_bf16 = nh, nkv, D, eps, rope, kv_bf16
         self.scale = np.float32(D**-0.5)
 
     @property
@@ -42,8 +49,12 @@ class Attention:
         k = rms_norm(k, self.k_norm, self.eps).transpose(0, 2, 1, 3)
         v = v.transpose(0, 2, 1, 3)
         q, k = self.rope(q, *tables), self.rope(k, *tables)
+        if self.kv_bf16:
+            k, v = f32_to_bf16(k), f32_to_bf16(v)
         if cache is not None:
             k, v = cache.update_and_fetch(k, v)
+        if self.kv_bf16:
+            k, v = widen(k), widen(v)
         T, G = k.shape[2], self.nh // self.nkv
         qg = q.reshape(B, self.nkv, G, S, self.D)  # query heads h = g·G + j share kv head g
         out = np.empty_like(qg)
@@ -73,7 +84,9 @@ class Attention:
         B = x.shape[0]
         q = fused.norm_rope(linear(x, self.wq).reshape(B, self.nh, self.D), self.q_norm, self.eps, *tables)
         k = fused.norm_rope(linear(x, self.wk).reshape(B, self.nkv, self.D), self.k_norm, self.eps, *tables)
-        v = linear(x, self.wv).reshape(B, self.nkv, 1, self.D)
-        K, V = cache.update_and_fetch(k[:, :, None], v) if cache is not None else (k[:, :, None], v)
+        k, v = k[:, :, None], linear(x, self.wv).reshape(B, self.nkv, 1, self.D)
+        if self.kv_bf16:
+            k, v = f32_to_bf16(k), f32_to_bf16(v)
+        K, V = cache.update_and_fetch(k, v) if cache is not None else (k, v)
         out = fused.attend(q, K, V, self.scale, pad)
         return linear(out.reshape(B, 1, self.nh * self.D), self.wo)

@@ -18,7 +18,8 @@ from .kernels import HAVE_NUMBA
 ENABLED = HAVE_NUMBA and os.environ.get("FS_REFERENCE_PATH", "") in ("", "0")
 
 if HAVE_NUMBA:
-    from numba import njit, prange
+    from numba import njit, prange, types
+    from numba.extending import overload
 
     @njit(fastmath=True, cache=True)
     def _rms_rows(x, w, eps, out):  # pragma: no cover - compiled
@@ -48,38 +49,65 @@ if HAVE_NUMBA:
                     out[b, h, i] = x1 * cos[b, i] - x2 * sin[b, i]
                     out[b, h, i + half] = x1 * sin[b, i] + x2 * cos[b, i]
 
+    def _tile(rows, buf):  # pragma: no cover - replaced by the overload below inside compiled code
+        return rows
+
+    @overload(_tile)
+    def _tile_overload(rows, buf):  # pragma: no cover - compiled
+        """Cache rows [n, D] as float32: float32 rows as they are, bf16 bits widened into ``buf`` in one flat
+        (vectorised) loop - widening row by row measured 1.4× slower."""
+        if rows.dtype == types.uint16:
+
+            def widened(rows, buf):
+                n = rows.shape[0] * rows.shape[1]
+                src, dst = rows.reshape(n), buf.reshape(-1)[:n].view(np.uint32)
+                for i in range(n):
+                    dst[i] = np.uint32(src[i]) << np.uint32(16)
+                return buf[: rows.shape[0]]
+
+            return widened
+        return lambda rows, buf: rows
+
     def _attend_impl(q, K, V, T, scale, pad, out):  # pragma: no cover - compiled
-        """One query per row over the first T cache positions: q/out [B, nh, D], K/V [B, nkv, >=T, D]; the
-        G = nh/nkv query heads of a kv head share each K and V row read. Keys before pad[b] are invisible (all
-        invisible: uniform average, as the reference's finite mask gives)."""
+        """One query per row over the first T cache positions: q/out [B, nh, D], K/V [B, nkv, >=T, D] (float32, or
+        bf16 bits widened a tile at a time); the G = nh/nkv query heads of a kv head share each K and V row read.
+        Keys before pad[b] are invisible (all invisible: uniform average, as the reference's finite mask gives)."""
         B, nh, D = q.shape
         nkv = K.shape[1]
         G = nh // nkv
+        TILE = 64
         for bg in prange(B * nkv):
             b, g = bg // nkv, bg % nkv
             blind = pad[b] >= T  # every key masked: equal scores, so a uniform average
             lo = 0 if blind else pad[b]
             s = np.empty((G, T), np.float32)
             m = np.full(G, -np.inf, np.float32)
-            for t in range(lo, T):
-                k = K[b, g, t]
-                for j in range(G):
-                    qj = q[b, g * G + j]
-                    acc = np.float32(0.0)
-                    for d in range(D):
-                        acc += qj[d] * k[d]
-                    acc = np.float32(0.0) if blind else acc * scale
-                    s[j, t] = acc
-                    m[j] = max(m[j], acc)
+            buf = np.empty((TILE, D), np.float32)
+            for t0 in range(lo, T, TILE):
+                t1 = min(T, t0 + TILE)
+                kt = _tile(K[b, g, t0:t1], buf)
+                for t in range(t1 - t0):
+                    k = kt[t]
+                    for j in range(G):
+                        qj = q[b, g * G + j]
+                        acc = np.float32(0.0)
+                        for d in range(D):
+                            acc += qj[d] * k[d]
+                        acc = np.float32(0.0) if blind else acc * scale
+                        s[j, t0 + t] = acc
+                        m[j] = max(m[j], acc)
             o = np.zeros((G, D), np.float32)
             tot = np.zeros(G, np.float32)
-            for t in range(lo, T):
-                v = V[b, g, t]
-                for j in range(G):
-                    p = np.exp(s[j, t] - m[j])
-                    tot[j] += p
-                    for d in range(D):
-                        o[j, d] += p * v[d]
+            for t0 in range(lo, T, TILE):
+                t1 = min(T, t0 + TILE)
+                vt = _tile(V[b, g, t0:t1], buf)
+                for t in range(t1 - t0):
+                    v = vt[t]
+                    for j in range(G):
+                        p = np.exp(s[j, t0 + t] - m[j])
+                        tot[j] += p
+                        for d in range(D):
+                            o[j, d] += p * v[d]
             for j in range(G):
                 for d in range(D):
                     out[b, g * G + j, d] = o[j, d] / tot[j]

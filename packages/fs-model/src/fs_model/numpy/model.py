@@ -10,6 +10,7 @@ import numpy as np
 
 from fs_weights import Qwen3Config
 
+from ..errors import ModelError
 from ..model import Model
 from .attention import Attention
 from .block import Block
@@ -23,8 +24,14 @@ from .rope import RoPE
 class NumpyModel(Model):
     backend = "numpy"
 
-    def __init__(self, config: Qwen3Config, weights: dict[str, np.ndarray], path: str = "<memory>"):
+    def __init__(
+        self, config: Qwen3Config, weights: dict[str, np.ndarray], path: str = "<memory>", kv_dtype: str = "float32"
+    ):
+        """``kv_dtype="bfloat16"`` keeps the KV cache as bf16 bits (half the memory and the bytes read per token)."""
         super().__init__(config, path)
+        if kv_dtype not in ("float32", "bfloat16"):
+            raise ModelError(f"kv_dtype must be float32 or bfloat16, not {kv_dtype!r}")
+        self.kv_dtype = kv_dtype
         c = config
         self.embed = weights["model.embed_tokens.weight"]
         self.lm_head = self.embed if c.tie_word_embeddings else weights["lm_head.weight"]
@@ -35,7 +42,8 @@ class NumpyModel(Model):
         for i in range(c.num_hidden_layers):
             p = f"model.layers.{i}."
             w = {k.removeprefix(p).split(".")[-2]: v for k, v in weights.items() if k.startswith(p)}
-            attn = Attention(w, c.num_attention_heads, c.num_key_value_heads, c.dim_head, c.rms_norm_eps, self.rope)
+            heads = (c.num_attention_heads, c.num_key_value_heads, c.dim_head)
+            attn = Attention(w, *heads, c.rms_norm_eps, self.rope, kv_bf16=kv_dtype == "bfloat16")
             self.blocks.append(Block(w, attn, c.rms_norm_eps))
 
     def _run(
