@@ -93,8 +93,11 @@ QSHAPES = {"q_proj": (2048, 1024), "o_proj": (1024, 2048), "down": (1024, 3072),
 
 @pytest.mark.parametrize("bits", [4, 8])
 @pytest.mark.parametrize("name", list(QSHAPES))
-def test_quantized_matvec_equals_the_dequantized_reference(name, bits):
+def test_quantized_matvec_equals_the_dequantized_reference(monkeypatch, name, bits):
+    from fs_model.numpy import vnni
     from fs_model.numpy.quantized import linear_affine, matvec_affine, quantize_affine
+
+    monkeypatch.setattr(vnni, "ENABLED", False)  # float activations: exact (test_vnni.py covers the integer path)
 
     rng = np.random.default_rng(bits)
     out, inp = QSHAPES[name]
@@ -131,9 +134,11 @@ def test_quantize_at_load_int8_is_close(tmp_path):
 
 @pytest.mark.parity
 @pytest.mark.parametrize("bits", [4, 8])
-def test_numba_quantized_kernels_themselves(reference, bits):
+def test_numba_quantized_kernels_themselves(reference, monkeypatch, bits):
     reference("numba")
-    from fs_model.numpy import quantized
+    from fs_model.numpy import quantized, vnni
+
+    monkeypatch.setattr(vnni, "ENABLED", False)  # the float kernels; test_vnni.py covers the integer ones
 
     assert quantized.HAVE_NUMBA
     rng = np.random.default_rng(3)

@@ -16,6 +16,7 @@ import numpy as np
 
 from fs_weights import dequantize, quantize
 
+from . import vnni
 from .kernels import SMALL, blocked_matmul, widen
 
 try:
@@ -203,12 +204,15 @@ if HAVE_NUMBA:
 
 
 def linear_affine(x: np.ndarray, w: AffineWeight) -> np.ndarray:
-    """``x @ wᵀ`` for x [..., in]: one kernel pass over the codes for decode-sized inputs, dequantize-then-BLAS in
-    cache-sized chunks for prefill; without numba, the reference dequantizer and BLAS."""
+    """``x @ wᵀ`` for x [..., in]: one kernel pass over the codes for decode-sized inputs (integer dot products
+    with int8 activations where vnni.py applies, float otherwise), dequantize-then-BLAS in cache-sized chunks for
+    prefill; without numba, the reference dequantizer and BLAS."""
     rows = np.ascontiguousarray(x.reshape(-1, x.shape[-1]), dtype=np.float32)
     n, k = w.shape
     if not HAVE_NUMBA:
         y = rows @ w.dequantize().T
+    elif rows.shape[0] <= SMALL and vnni.applies(w.bits, w.group_size, k):
+        y = vnni.rows(w, rows)
     elif rows.shape[0] <= SMALL:
         y = np.empty((rows.shape[0], n), np.float32)
         xsum = rows.reshape(rows.shape[0], -1, w.group_size).sum(axis=2, dtype=np.float32)
