@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from fs_model import load_model
-from fs_model.numpy import fused, kernels, quantized
+from fs_model.numpy import bf16_gemm, fused, kernels, quantized
 from fs_model.numpy.attention import MASKED
 from fs_model.numpy.norm import rms_norm
 from fs_model.numpy.rope import RoPE
@@ -98,6 +98,7 @@ def test_decode_steps_equal_the_reference_path(tmp_path, monkeypatch, name):
 def test_prefill_chunks_the_stored_weights(monkeypatch, bits):
     """A matrix bigger than the scratch buffer (an lm_head) is expanded and multiplied in row chunks."""
     monkeypatch.setattr(kernels, "SCRATCH_FLOATS", 5 * 192)  # 5 rows of 192
+    monkeypatch.setattr(bf16_gemm, "ENABLED", False)  # the float32 path (test_bf16_gemm.py: the bf16 GEMM)
     rng = np.random.default_rng(bits)
     w = rng.standard_normal((23, 192), dtype=np.float32)
     x = rng.standard_normal((kernels.SMALL + 3, 192), dtype=np.float32)

@@ -94,10 +94,11 @@ QSHAPES = {"q_proj": (2048, 1024), "o_proj": (1024, 2048), "down": (1024, 3072),
 @pytest.mark.parametrize("bits", [4, 8])
 @pytest.mark.parametrize("name", list(QSHAPES))
 def test_quantized_matvec_equals_the_dequantized_reference(monkeypatch, name, bits):
-    from fs_model.numpy import vnni
+    from fs_model.numpy import bf16_gemm, vnni
     from fs_model.numpy.quantized import linear_affine, matvec_affine, quantize_affine
 
     monkeypatch.setattr(vnni, "ENABLED", False)  # float activations: exact (test_vnni.py covers the integer path)
+    monkeypatch.setattr(bf16_gemm, "ENABLED", False)  # float32 prefill products (test_bf16_gemm.py covers bf16)
 
     rng = np.random.default_rng(bits)
     out, inp = QSHAPES[name]

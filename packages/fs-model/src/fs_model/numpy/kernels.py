@@ -11,9 +11,11 @@ is deliberately serial: alternating numba's thread pool with OpenBLAS's, each sp
 needs, measured 20× slower than either alone (docs/performance.md).
 """
 
+import contextlib
 import os
 import threading
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -109,13 +111,34 @@ def matvec_bf16(w: np.ndarray, x: np.ndarray) -> np.ndarray:
 
 def linear_bf16(x: np.ndarray, w: np.ndarray) -> np.ndarray:
     """``x @ wᵀ`` for x [..., in] float32 and bf16-bits w [out, in]: one kernel pass over the weights for
-    decode-sized inputs (a batch's single-token rows), a widen-then-BLAS product for prefill."""
+    decode-sized inputs (a batch's single-token rows); for prefill the bf16 GEMM (bf16_gemm.py) where the CPU has
+    AVX512-BF16, else a widen-then-BLAS product."""
     rows = x.reshape(-1, x.shape[-1])
     y = rows_kernel(rows, w)
     if y is None:
-        if HAVE_NUMBA:
+        from . import bf16_gemm  # imported here: it builds on this module
+
+        if bf16_gemm.applies(w):
+            y = bf16_gemm.matmul(rows, w)
+        elif HAVE_NUMBA:
             n, k = w.shape
             y = blocked_matmul(rows, n, k, lambda a, buf: _widen_rows(w, a, buf.view(np.uint32)))
         else:
             y = rows @ widen(w).T
     return y.reshape(*x.shape[:-1], w.shape[0])
+
+
+_blas: list[Any] = []  # the threadpoolctl controller, found once (it scans the loaded libraries)
+
+
+def one_blas_thread() -> contextlib.AbstractContextManager[Any]:
+    """OpenBLAS on one thread for the duration: while numba's pool runs the matrix products, OpenBLAS's own
+    threads (spinning after each call) would take the cores from it - a bf16 prefill measured 185 tok/s with both
+    pools and 265-290 with one (docs/performance.md). A no-op without threadpoolctl."""
+    try:
+        from threadpoolctl import ThreadpoolController
+    except ImportError:  # pragma: no cover - fs-model[fast] installs it
+        return contextlib.nullcontext()
+    if not _blas:
+        _blas.append(ThreadpoolController())
+    return _blas[0].limit(limits=1, user_api="blas")

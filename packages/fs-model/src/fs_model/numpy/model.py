@@ -12,9 +12,10 @@ from fs_weights import Qwen3Config
 
 from ..errors import ModelError
 from ..model import Model
+from . import bf16_gemm
 from .attention import Attention
 from .block import Block
-from .kernels import widen
+from .kernels import SMALL, one_blas_thread, widen
 from .mlp import linear
 from .norm import rms_norm
 from .quantized import AffineWeight
@@ -55,6 +56,13 @@ class NumpyModel(Model):
         trace: dict[str, Any] | None,
         pad: np.ndarray | None = None,
     ) -> np.ndarray:
+        S, w = np.shape(tokens)[1], self.blocks[0].mlp.gate
+        if S > SMALL and bf16_gemm.applies(w):  # prefill on the bf16 GEMM: numba's threads, keep OpenBLAS off
+            with one_blas_thread():
+                return self._forward(tokens, offset, caches, keep, trace, pad)
+        return self._forward(tokens, offset, caches, keep, trace, pad)
+
+    def _forward(self, tokens, offset, caches, keep, trace, pad) -> np.ndarray:
         tokens = np.asarray(tokens, dtype=np.int64)
         if isinstance(self.embed, AffineWeight):
             x = self.embed.rows(tokens)

@@ -16,8 +16,8 @@ import numpy as np
 
 from fs_weights import dequantize, quantize
 
-from . import vnni
-from .kernels import SMALL, blocked_matmul, widen
+from . import bf16_gemm, vnni
+from .kernels import SMALL, blocked_matmul, scratch, widen
 
 try:
     from numba import njit, prange
@@ -217,6 +217,15 @@ def linear_affine(x: np.ndarray, w: AffineWeight) -> np.ndarray:
         y = np.empty((rows.shape[0], n), np.float32)
         xsum = rows.reshape(rows.shape[0], -1, w.group_size).sum(axis=2, dtype=np.float32)
         (_rows_q8 if w.bits == 8 else _rows_q4)(w.codes, w.scales, w.biases, rows, xsum, w.group_size, y)
+    elif bf16_gemm.applies(w):  # 4-bit prefill: dequantized to bf16, multiplied on the bf16 GEMM
+        G = w.group_size
+
+        def fill(a: int, buf: np.ndarray) -> None:
+            f32 = scratch(buf.shape[0], k)
+            _dequant_rows(w.codes, w.scales, w.biases, G, w.bits, a, f32)
+            bf16_gemm._round_rows(f32, buf)
+
+        y = bf16_gemm.blocked(rows, n, k, fill)
     else:
         y = blocked_matmul(
             rows, n, k, lambda a, buf: _dequant_rows(w.codes, w.scales, w.biases, w.group_size, w.bits, a, buf)

@@ -17,10 +17,11 @@ even number of groups (the planar pairs); prefill keeps float activations (dequa
 
 import ctypes
 import os
+from typing import Any
 
 import numpy as np
 
-from .kernels import HAVE_NUMBA
+from .llvm_ir import ADDRESSES, compile_ir
 
 GROUP = 64
 
@@ -84,33 +85,14 @@ exit:
 """
 
 
-def _compile():
-    """row_q4 as a ctypes function, or None where the CPU or the toolchain cannot run it."""
-    if not HAVE_NUMBA or os.environ.get("FS_INT8_ACTIVATIONS", "") == "0":
-        return None
-    try:
-        import llvmlite.binding as llvm
-
-        llvm.initialize_native_target()
-        llvm.initialize_native_asmprinter()
-        features = llvm.get_host_cpu_features()
-        if not all(features.get(f, False) for f in ("avx512f", "avx512bw", "avx512vnni")):
-            return None
-        module = llvm.parse_assembly(_IR)
-        module.verify()
-        target = llvm.Target.from_default_triple()
-        machine = target.create_target_machine(cpu=llvm.get_host_cpu_name(), features=features.flatten(), opt=3)
-        engine = llvm.create_mcjit_compiler(module, machine)
-        engine.finalize_object()
-    except Exception:  # pragma: no cover - an llvmlite without these APIs: the float kernels still work
-        return None
-    sig = ctypes.CFUNCTYPE(ctypes.c_float, *[ctypes.c_int64] * 5)
-    _keep.append(engine)  # the compiled code lives as long as the engine
-    return sig(engine.get_function_address("row_q4"))
-
-
-_keep: list = []
-_row_q4 = _compile()
+_fns: dict[str, Any] | None = (
+    None
+    if os.environ.get("FS_INT8_ACTIVATIONS", "") == "0"
+    else compile_ir(
+        _IR, ("avx512f", "avx512bw", "avx512vnni"), {"row_q4": ctypes.CFUNCTYPE(ctypes.c_float, *[ADDRESSES] * 5)}
+    )
+)
+_row_q4: Any = (_fns or {}).get("row_q4")
 AVAILABLE = _row_q4 is not None
 ENABLED = AVAILABLE  # tests switch it off to check the float kernels on shapes the integer path would take
 

@@ -1,0 +1,40 @@
+"""Compile a few functions of hand-written LLVM IR for this CPU (llvmlite, which numba already depends on).
+
+For instructions numba does not emit from Python loops (AVX-512 VNNI and BF16 dot products). Returns ctypes
+functions that numba can call from compiled loops; None where the CPU lacks a required feature, numba is absent,
+or llvmlite cannot compile — callers then keep their numba/numpy paths.
+"""
+
+import ctypes
+from typing import Any
+
+from .kernels import HAVE_NUMBA
+
+_engines: list[Any] = []  # compiled code lives as long as its engine
+
+
+def compile_ir(ir: str, features: tuple[str, ...], signatures: dict[str, Any]) -> dict[str, Any] | None:
+    """{name: ctypes function} for each ``signatures[name]`` (a ctypes.CFUNCTYPE) defined in ``ir``."""
+    if not HAVE_NUMBA:
+        return None
+    try:
+        import llvmlite.binding as llvm
+
+        llvm.initialize_native_target()
+        llvm.initialize_native_asmprinter()
+        host = llvm.get_host_cpu_features()
+        if not all(host.get(f, False) for f in features):
+            return None
+        module = llvm.parse_assembly(ir)
+        module.verify()
+        target = llvm.Target.from_default_triple()
+        machine = target.create_target_machine(cpu=llvm.get_host_cpu_name(), features=host.flatten(), opt=3)
+        engine = llvm.create_mcjit_compiler(module, machine)
+        engine.finalize_object()
+    except Exception:  # pragma: no cover - an llvmlite without these APIs: the other kernels still work
+        return None
+    _engines.append(engine)
+    return {name: sig(engine.get_function_address(name)) for name, sig in signatures.items()}
+
+
+ADDRESSES = ctypes.c_int64  # every IR function here takes addresses and sizes as i64
