@@ -92,9 +92,10 @@ if AVAILABLE:
                 v = u[j]
                 o[j] = np.uint16((v + np.uint32(0x7FFF) + ((v >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16))
 
-    @njit(parallel=True, cache=False)
-    def _gemm(w, xb, out):  # pragma: no cover - compiled
-        """out [m4, n] = xb [m4, k] · w [n, k]ᵀ, both bf16 bits; n and m4 multiples of 4, k of 32."""
+    @njit(parallel=True, cache=True)
+    def _gemm_with(tile, w, xb, out):  # pragma: no cover - compiled
+        """out [m4, n] = xb [m4, k] · w [n, k]ᵀ, both bf16 bits; n and m4 multiples of 4, k of 32. ``tile`` comes
+        in as an argument: a compiled function may not hold a raw code address and still go to numba's disk cache."""
         n, k = w.shape
         m4 = xb.shape[0]
         pw, px, po = w.ctypes.data, xb.ctypes.data, out.ctypes.data
@@ -102,7 +103,7 @@ if AVAILABLE:
         for ib in prange(n // 4):
             i = ib * 4
             for r in range(0, m4, 4):
-                _tile(pw + i * sw * 2, sw, px + r * sx * 2, sx, k, po + (r * n + i) * 4, n)
+                tile(pw + i * sw * 2, sw, px + r * sx * 2, sx, k, po + (r * n + i) * 4, n)
 
 
 def applies(w) -> bool:
@@ -127,7 +128,7 @@ def matmul(x: np.ndarray, w: np.ndarray) -> np.ndarray:
     """``bf16(x [m, k]) @ w [n, k]ᵀ`` -> float32 [m, n] for bf16 bits ``w`` (call ``applies(w)`` first)."""
     xb = prepare(x)
     out = np.empty((xb.shape[0], w.shape[0]), np.float32)
-    _gemm(w, xb, out)
+    _gemm_with(_tile, w, xb, out)
     return out[: x.shape[0]]
 
 
@@ -140,6 +141,6 @@ def blocked(x: np.ndarray, n: int, k: int, fill, rows: int = 4096) -> np.ndarray
         part = buf[: min(rows, n - a)]
         fill(a, part)
         y = np.empty((xb.shape[0], part.shape[0]), np.float32)
-        _gemm(part, xb, y)
+        _gemm_with(_tile, part, xb, y)
         out[:, a : a + part.shape[0]] = y
     return out[: x.shape[0]]

@@ -99,7 +99,7 @@ ENABLED = AVAILABLE  # tests switch it off to check the float kernels on shapes 
 if AVAILABLE:
     from numba import njit, prange
 
-    @njit(fastmath=True, cache=False)
+    @njit(fastmath=True, cache=True)
     def _quantize_rows(X, XQ, SX, XS):  # pragma: no cover - compiled
         """Per group of 64: SX = max|x|/127, XQ = round(x/SX) in int8, XS = Σ x (exact, for the bias term)."""
         for r in range(X.shape[0]):
@@ -117,9 +117,10 @@ if AVAILABLE:
                     q[j] = np.int8(np.rint(x[j] * inv))
                 SX[r, g], XS[r, g] = scale, s
 
-    @njit(parallel=True, fastmath=True, cache=False)
-    def _rows_vnni(q, scales, biases, XQ, SX, XS, out):  # pragma: no cover - compiled
-        """out[r, i] = the contract's dot product of row i with activation row r; one pass over the codes."""
+    @njit(parallel=True, fastmath=True, cache=True)
+    def _rows_vnni(row_q4, q, scales, biases, XQ, SX, XS, out):  # pragma: no cover - compiled
+        """out[r, i] = the contract's dot product of row i with activation row r; one pass over the codes.
+        ``row_q4`` comes in as an argument so that this function can go to numba's disk cache."""
         n, ng = scales.shape
         chunks = ng // 2
         base, stride = q.ctypes.data, q.strides[0]
@@ -129,7 +130,7 @@ if AVAILABLE:
                 b = biases[i]
                 for r in range(XQ.shape[0]):
                     args = (base + i * stride, XQ[r].ctypes.data, wbase + i * wstride, SX[r].ctypes.data, chunks)
-                    acc = _row_q4(*args)
+                    acc = row_q4(*args)
                     xs = XS[r]
                     for g in range(ng):
                         acc += b[g] * xs[g]
@@ -154,5 +155,5 @@ def rows(w, x: np.ndarray) -> np.ndarray:
     """``x [m, in] · wᵀ`` for an AffineWeight ``w`` on the integer path (call ``applies`` first)."""
     xq, sx, xs = quantize_rows(x)
     out = np.empty((x.shape[0], w.shape[0]), np.float32)
-    _rows_vnni(w.codes, w.scales, w.biases, xq, sx, xs, out)
+    _rows_vnni(_row_q4, w.codes, w.scales, w.biases, xq, sx, xs, out)
     return out
