@@ -24,18 +24,14 @@ print(json.dumps({"before": before, "after": rss(), "layer_bytes": sum(ck.info(n
 """
 
 
+def wide_config(layers: int) -> Qwen3Config:
+    """Layers big enough (3.5 MB each in float32) that page-level RSS effects dominate the runtime's noise."""
+    cfg = dict(vocab_size=4096, hidden_size=512, intermediate_size=1536, num_attention_heads=8, num_key_value_heads=4)
+    return Qwen3Config.from_dict({**cfg, "num_hidden_layers": layers, "head_dim": 64})
+
+
 def test_one_layer_costs_its_bytes_not_the_files(tmp_path):
-    cfg = Qwen3Config.from_dict(
-        dict(
-            vocab_size=4096,
-            hidden_size=512,
-            intermediate_size=1536,
-            num_hidden_layers=24,
-            num_attention_heads=8,
-            num_key_value_heads=4,
-            head_dim=64,
-        )
-    )
+    cfg = wide_config(layers=24)
     d = write_random_checkpoint(tmp_path / "m", cfg, dtype="float32")
     out = subprocess.run([sys.executable, "-c", PROBE, str(d)], capture_output=True, text=True, check=True)
     r = json.loads(out.stdout)
@@ -67,17 +63,7 @@ def test_release_drops_a_tensors_pages_and_rereads_them(tmp_path):
     """What a loader that keeps only converted copies relies on to keep peak RSS near the kept bytes."""
     if not sys.platform.startswith("linux"):
         pytest.skip("reads VmRSS from /proc (Linux)")
-    cfg = Qwen3Config.from_dict(
-        dict(
-            vocab_size=4096,
-            hidden_size=512,
-            intermediate_size=1536,
-            num_hidden_layers=8,
-            num_attention_heads=8,
-            num_key_value_heads=4,
-            head_dim=64,
-        )
-    )
+    cfg = wide_config(layers=8)
     d = write_random_checkpoint(tmp_path / "m", cfg, dtype="float32")
     out = subprocess.run([sys.executable, "-c", RELEASE, str(d)], capture_output=True, text=True, check=True)
     r = json.loads(out.stdout)

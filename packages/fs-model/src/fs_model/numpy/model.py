@@ -3,6 +3,7 @@
 ids -> embed [B,S,H] -> blocks -> final norm -> logits [B,S,V] (``x @ embedᵀ`` when tied).
 """
 
+import contextlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -56,33 +57,29 @@ class NumpyModel(Model):
         trace: dict[str, Any] | None,
         pad: np.ndarray | None = None,
     ) -> np.ndarray:
-        S, w = np.shape(tokens)[1], self.blocks[0].mlp.gate
-        if S > SMALL and bf16_gemm.applies(w):  # prefill on the bf16 GEMM: numba's threads, keep OpenBLAS off
-            with one_blas_thread():
-                return self._forward(tokens, offset, caches, keep, trace, pad)
-        return self._forward(tokens, offset, caches, keep, trace, pad)
-
-    def _forward(self, tokens, offset, caches, keep, trace, pad) -> np.ndarray:
-        tokens = np.asarray(tokens, dtype=np.int64)
-        if isinstance(self.embed, AffineWeight):
-            x = self.embed.rows(tokens)
-        else:
-            x = self.embed[tokens]
-            x = widen(x) if x.dtype == np.uint16 else x.astype(np.float32)
-        if trace is not None:
-            trace["embedding"] = x
-        positions = np.arange(offset, offset + tokens.shape[1])
-        if pad is not None:  # a real token's position is its cache position minus its row's padding
-            positions = np.maximum(positions[None, None, :] - pad[:, None, None], 0)  # [B, 1, S]
-        tables = self.rope.tables(positions)
-        for i, block in enumerate(self.blocks):
-            x = block(x, tables, caches[i] if caches is not None else None, pad)
+        # a prefill on the bf16 GEMM runs on numba's threads: OpenBLAS's must keep off the cores meanwhile
+        on_bf16_gemm = np.shape(tokens)[1] > SMALL and bf16_gemm.applies(self.blocks[0].mlp.gate)
+        with one_blas_thread() if on_bf16_gemm else contextlib.nullcontext():
+            tokens = np.asarray(tokens, dtype=np.int64)
+            if isinstance(self.embed, AffineWeight):
+                x = self.embed.rows(tokens)
+            else:
+                x = self.embed[tokens]
+                x = widen(x) if x.dtype == np.uint16 else x.astype(np.float32)
             if trace is not None:
-                trace[f"block.{i}"] = x
-        if keep is not None:
-            x = x[:, -keep:]
-        x = rms_norm(x, self.norm, self.eps)
-        logits = linear(x, self.lm_head)
-        if trace is not None:
-            trace["final_norm"], trace["logits"] = x, logits
-        return logits
+                trace["embedding"] = x
+            positions = np.arange(offset, offset + tokens.shape[1])
+            if pad is not None:  # a real token's position is its cache position minus its row's padding
+                positions = np.maximum(positions[None, None, :] - pad[:, None, None], 0)  # [B, 1, S]
+            tables = self.rope.tables(positions)
+            for i, block in enumerate(self.blocks):
+                x = block(x, tables, caches[i] if caches is not None else None, pad)
+                if trace is not None:
+                    trace[f"block.{i}"] = x
+            if keep is not None:
+                x = x[:, -keep:]
+            x = rms_norm(x, self.norm, self.eps)
+            logits = linear(x, self.lm_head)
+            if trace is not None:
+                trace["final_norm"], trace["logits"] = x, logits
+            return logits
