@@ -21,7 +21,7 @@ FS = """
 import json, sys, time
 import numpy as np
 from fs_model import load_model
-from fs_model.numpy import mlp
+from fs_model import time_matmuls
 path, dtype, quantize, S, N = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
 model = load_model(path, dtype=None if dtype == "float32" else dtype, quantize=None if quantize == "-" else quantize)
 ids = [(7 * i + 3) % 150000 for i in range(S)]
@@ -29,19 +29,14 @@ for n in (8, 16):  # warm both kernel paths (numba compiles or loads its cache o
     model(np.array([ids[:n]]), 0, model.make_cache(), logits_to_keep=1)
 caches = model.make_cache()
 t0 = time.perf_counter(); model(np.array([ids]), 0, caches, logits_to_keep=1); prefill = time.perf_counter() - t0
-inside = [0.0]
-real = mlp.linear
-def timed(x, w):
-    t = time.perf_counter(); y = real(x, w); inside[0] += time.perf_counter() - t; return y
-for mod in ("mlp", "attention", "model"):
-    setattr(sys.modules["fs_model.numpy." + mod], "linear", timed)
-t0 = time.perf_counter()
-for i in range(N):
-    model(np.array([[ids[i]]]), S + i, caches, logits_to_keep=1)
-decode = time.perf_counter() - t0
-import resource
-rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-print(json.dumps({"prefill_tps": S / prefill, "decode_tps": N / decode, "outside_kernels": 1 - inside[0] / decode,
+with time_matmuls() as inside:
+    t0 = time.perf_counter()
+    for i in range(N):
+        model(np.array([[ids[i]]]), S + i, caches, logits_to_keep=1)
+    decode = time.perf_counter() - t0
+# this process's own peak (ru_maxrss would report the parent's when it is larger: it survives exec)
+rss = next(int(l.split()[1]) * 1024 for l in open("/proc/self/status") if l.startswith("VmHWM:"))
+print(json.dumps({"prefill_tps": S / prefill, "decode_tps": N / decode, "outside_kernels": 1 - inside.seconds / decode,
                   "peak_rss": rss}))
 """
 

@@ -3,21 +3,26 @@
 import numpy as np
 import pytest
 
-from fs_model import load_model
-from fs_model.numpy import bf16_gemm, fused, kernels, quantized
-from fs_model.numpy.attention import MASKED
+from fs_kvcache import DenseKVCache
+from fs_model import cpu, load_model
+from fs_model.cpu import blas, fused
+from fs_model.cpu.affine import AffineLinear, quantize_affine
+from fs_model.cpu.bf16 import Bf16Linear
+from fs_model.cpu.decode_step import FusedAttention, FusedBlock
+from fs_model.numpy.attention import MASKED, Attention
 from fs_model.numpy.norm import rms_norm
 from fs_model.numpy.rope import RoPE
-from fs_weights import f32_to_bf16, write_random_checkpoint
+from fs_weights import bf16_to_f32, f32_to_bf16, write_random_checkpoint
 from model_helpers import KNOBS, config, rel_err
 
-pytestmark = pytest.mark.parity  # the parity session installs numba; its absence there is a failure
+pytestmark = pytest.mark.kernels  # the kernels session installs numba; its absence there is a failure
 
 
 @pytest.fixture(autouse=True)
 def _numba(reference):
     reference("numba")
-    assert fused.ENABLED, "numba is installed but the fused path is off (FS_REFERENCE_PATH set?)"
+    assert cpu.HAVE_NUMBA, "numba is not installed: the kernels session installs fs-model[fast]"
+    assert cpu.SWITCHES.fused_decode, "the fused decode path is off (FS_REFERENCE_PATH set?)"
 
 
 def reference_attend(q, K, V, scale, pad):
@@ -31,30 +36,32 @@ def reference_attend(q, K, V, scale, pad):
 
 
 @pytest.mark.parametrize("nh,nkv", [(16, 8), (4, 4), (6, 1)])
-def test_attend_matches_the_reference_on_cache_views(nh, nkv):
+def test_attend_matches_the_reference_on_cache_buffers(nh, nkv):
     rng = np.random.default_rng(nh + nkv)
     B, T, D = 3, 37, 64
-    kbuf, vbuf = (rng.standard_normal((B, nkv, T + 11, D), dtype=np.float32) for _ in "kv")  # spare capacity
-    K, V = kbuf[:, :, :T], vbuf[:, :, :T]  # views, as DenseKVCache hands them out
-    assert not K.flags.c_contiguous
+    cache = DenseKVCache()
+    k, v = (rng.standard_normal((B, nkv, T, D), dtype=np.float32) for _ in "kv")
+    kbuf, vbuf, n = cache.update_and_fetch_buffers(k, v)  # the cache's own storage, with spare capacity
+    assert n == T and kbuf.shape[2] > T and kbuf.flags.c_contiguous
+    K, V = cache.key_values
+    assert np.shares_memory(kbuf, K)  # the kernel reads the history in place, no copy
     q = rng.standard_normal((B, nh, D), dtype=np.float32)
     pad = np.array([0, 5, T])  # no padding, some, and a row that sees nothing (uniform average)
     want = reference_attend(q, K, V, np.float32(D**-0.5), pad)
-    assert rel_err(fused.attend(q, K, V, np.float32(D**-0.5), pad), want) < 1e-5
+    assert rel_err(fused.attend(q, kbuf, vbuf, T, np.float32(D**-0.5), pad), want) < 1e-5
     Kc, Vc = np.ascontiguousarray(K), np.ascontiguousarray(V)  # a paged cache's gathered arrays
-    assert rel_err(fused.attend(q, Kc, Vc, np.float32(D**-0.5), pad), want) < 1e-5
-    assert fused._contiguous_base(K) is kbuf  # the kernel reads the buffer, no copy of the history
+    assert rel_err(fused.attend(q, Kc, Vc, T, np.float32(D**-0.5), pad), want) < 1e-5
 
 
 def test_attend_reads_bf16_bits():
     """A bf16 KV cache holds uint16 bit patterns; the kernel widens each row exactly."""
     rng = np.random.default_rng(5)
     B, nh, nkv, T, D = 2, 16, 8, 300, 128
-    K, V = (f32_to_bf16(rng.standard_normal((B, nkv, T + 20, D), dtype=np.float32))[:, :, :T] for _ in "kv")
+    Kb, Vb = (f32_to_bf16(rng.standard_normal((B, nkv, T + 20, D), dtype=np.float32)) for _ in "kv")
     q = rng.standard_normal((B, nh, D), dtype=np.float32)
     pad = np.array([0, 7])
-    want = reference_attend(q, kernels.widen(K), kernels.widen(V), np.float32(D**-0.5), pad)
-    assert rel_err(fused.attend(q, K, V, np.float32(D**-0.5), pad), want) < 1e-5
+    want = reference_attend(q, bf16_to_f32(Kb[:, :, :T]), bf16_to_f32(Vb[:, :, :T]), np.float32(D**-0.5), pad)
+    assert rel_err(fused.attend(q, Kb, Vb, T, np.float32(D**-0.5), pad), want) < 1e-5
 
 
 def test_norm_and_rope_match_the_reference():
@@ -78,12 +85,13 @@ def test_decode_steps_equal_the_reference_path(tmp_path, monkeypatch, name):
     d = write_random_checkpoint(tmp_path / name, config(name), dtype="bfloat16")
     # the fused path runs with the numba matrix kernels; a float32 cache keeps the comparison exact (with a bf16
     # cache, a 1-ulp float32 difference can round K to the neighbouring bf16 value: test_attend_reads_bf16_bits)
-    model = load_model(d, dtype="bfloat16", kv_dtype="float32")
-    assert model.blocks[0].attn.fused
     rows = np.array([[0, 0, 5, 6, 9], [1, 2, 3, 4, 8]])
     got: dict = {}
     for enabled in (False, True):
-        monkeypatch.setattr(fused, "ENABLED", enabled)
+        monkeypatch.setattr(cpu.SWITCHES, "fused_decode", enabled)  # decided when the model is built
+        model = load_model(d, dtype="bfloat16", kv_dtype="float32")
+        assert isinstance(model.blocks[0].attn, FusedAttention) == enabled
+        assert isinstance(model.blocks[0], FusedBlock) == enabled and isinstance(model.blocks[0].attn, Attention)
         caches = model.make_cache()  # a left-padded batch on dense caches
         model(rows, 0, caches, pad=[2, 0])
         got[enabled] = [model(np.array([[7], [300]]), 5 + i, caches, pad=[2, 0]) for i in range(4)]
@@ -97,12 +105,12 @@ def test_decode_steps_equal_the_reference_path(tmp_path, monkeypatch, name):
 @pytest.mark.parametrize("bits", [4, 8])
 def test_prefill_chunks_the_stored_weights(monkeypatch, bits):
     """A matrix bigger than the scratch buffer (an lm_head) is expanded and multiplied in row chunks."""
-    monkeypatch.setattr(kernels, "SCRATCH_FLOATS", 5 * 192)  # 5 rows of 192
-    monkeypatch.setattr(bf16_gemm, "ENABLED", False)  # the float32 path (test_bf16_gemm.py: the bf16 GEMM)
+    monkeypatch.setattr(blas, "SCRATCH_FLOATS", 5 * 192)  # 5 rows of 192
+    monkeypatch.setattr(cpu.SWITCHES, "bf16_gemm", False)  # the float32 path (test_bf16_gemm.py: the bf16 GEMM)
     rng = np.random.default_rng(bits)
     w = rng.standard_normal((23, 192), dtype=np.float32)
-    x = rng.standard_normal((kernels.SMALL + 3, 192), dtype=np.float32)
-    q = quantized.quantize_affine(w, bits=bits, group=64)
-    assert rel_err(quantized.linear_affine(x, q), x.astype(np.float64) @ q.dequantize().T) < 1e-5
+    x = rng.standard_normal((blas.SMALL + 3, 192), dtype=np.float32)
+    q = quantize_affine(w, bits=bits, group=64)
+    assert rel_err(AffineLinear(q)(x), x.astype(np.float64) @ q.dequantize().T) < 1e-5
     b = f32_to_bf16(w)
-    assert rel_err(kernels.linear_bf16(x, b), x.astype(np.float64) @ kernels.widen(b).T) < 1e-5
+    assert rel_err(Bf16Linear(b)(x), x.astype(np.float64) @ bf16_to_f32(b).T) < 1e-5

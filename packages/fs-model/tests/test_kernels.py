@@ -3,9 +3,11 @@
 import numpy as np
 import pytest
 
-from fs_model import load_model
-from fs_model.numpy import kernels
-from fs_weights import f32_to_bf16, write_random_checkpoint
+from fs_model import cpu, load_model
+from fs_model.cpu import bf16
+from fs_model.cpu.affine import AffineLinear, quantize_affine
+from fs_model.cpu.bf16 import Bf16Linear
+from fs_weights import bf16_to_f32, f32_to_bf16, write_random_checkpoint
 from model_helpers import config, rel_err
 
 SHAPES = {
@@ -26,13 +28,13 @@ def test_matvec_bf16_equals_widened_float32(name):
     out, inp = SHAPES[name]
     w = f32_to_bf16(rng.standard_normal((out, inp), dtype=np.float32))
     x = rng.standard_normal(inp, dtype=np.float32)
-    want = kernels.widen(w).astype(np.float64) @ x.astype(np.float64)
-    got = kernels.matvec_bf16(w, x)
+    want = bf16_to_f32(w).astype(np.float64) @ x.astype(np.float64)
+    got = Bf16Linear(w)(x)
     assert got.dtype == np.float32 and got.shape == (out,)
     assert rel_err(got, want) < 1e-5
     xs = rng.standard_normal((2, 3, inp), dtype=np.float32)  # decode-sized and prefill-sized inputs
     for rows in (xs[:1, :1], xs):
-        np.testing.assert_allclose(kernels.linear_bf16(rows, w), rows @ kernels.widen(w).T, rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(Bf16Linear(w)(rows), rows @ bf16_to_f32(w).T, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.slow
@@ -40,13 +42,14 @@ def test_matvec_bf16_lm_head_shape():
     rng = np.random.default_rng(0)
     w = f32_to_bf16(rng.standard_normal((151936, 1024), dtype=np.float32))
     x = rng.standard_normal(1024, dtype=np.float32)
-    assert rel_err(kernels.matvec_bf16(w, x), kernels.widen(w) @ x) < 1e-5
+    assert rel_err(Bf16Linear(w)(x), bf16_to_f32(w) @ x) < 1e-5
 
 
 def test_bf16_weights_in_memory_give_the_reference_logits(tmp_path):
     d = write_random_checkpoint(tmp_path / "m", config("tied"), dtype="bfloat16")
     ref, fast = load_model(d), load_model(d, dtype="bfloat16", kv_dtype="float32")
-    assert fast.blocks[0].mlp.gate.dtype == np.uint16 and not fast.blocks[0].mlp.gate.flags.writeable  # the mmap
+    gate = fast.blocks[0].mlp.gate.w
+    assert gate.dtype == np.uint16 and not gate.flags.writeable  # the mmap itself
     ids = [3, 141, 59, 265, 358, 97]
     assert rel_err(fast.forward(ids), ref.forward(ids)) < 1e-5
     a, b = ref.make_cache(), fast.make_cache()
@@ -72,20 +75,20 @@ def test_bf16_models_keep_a_bf16_kv_cache(tmp_path):
         load_model(d, kv_dtype="float16")
 
 
-@pytest.mark.parity  # the parity session installs every extra, numba included; its absence there is a failure
+@pytest.mark.kernels  # the kernels session installs fs-model[fast]; numba's absence there is a failure
 @pytest.mark.parametrize("name", list(SHAPES))
 def test_numba_kernel_itself(reference, name):
     reference("numba")
-    assert kernels.HAVE_NUMBA
+    assert cpu.HAVE_NUMBA
     rng = np.random.default_rng(7)
     out, inp = SHAPES[name]
     w = f32_to_bf16(rng.standard_normal((out, inp), dtype=np.float32))
     x = rng.standard_normal(inp, dtype=np.float32)
     got = np.empty(out, np.float32)
-    kernels._rows_bf16(w, x[None], got[None])
-    assert rel_err(got, kernels.widen(w).astype(np.float64) @ x) < 1e-5
+    bf16._rows_bf16(w, x[None], got[None])
+    assert rel_err(got, bf16_to_f32(w).astype(np.float64) @ x) < 1e-5
     xs = rng.standard_normal((3, inp), dtype=np.float32)  # a batch's decode step: one pass for all rows
-    assert rel_err(kernels.rows_kernel(xs, w), xs.astype(np.float64) @ kernels.widen(w).T.astype(np.float64)) < 1e-5
+    assert rel_err(bf16.rows_kernel(xs, w), xs.astype(np.float64) @ bf16_to_f32(w).T.astype(np.float64)) < 1e-5
 
 
 QSHAPES = {"q_proj": (2048, 1024), "o_proj": (1024, 2048), "down": (1024, 3072), "odd": (37, 192)}
@@ -94,11 +97,8 @@ QSHAPES = {"q_proj": (2048, 1024), "o_proj": (1024, 2048), "down": (1024, 3072),
 @pytest.mark.parametrize("bits", [4, 8])
 @pytest.mark.parametrize("name", list(QSHAPES))
 def test_quantized_matvec_equals_the_dequantized_reference(monkeypatch, name, bits):
-    from fs_model.numpy import bf16_gemm, vnni
-    from fs_model.numpy.quantized import linear_affine, matvec_affine, quantize_affine
-
-    monkeypatch.setattr(vnni, "ENABLED", False)  # float activations: exact (test_vnni.py covers the integer path)
-    monkeypatch.setattr(bf16_gemm, "ENABLED", False)  # float32 prefill products (test_bf16_gemm.py covers bf16)
+    monkeypatch.setattr(cpu.SWITCHES, "int8_activations", False)  # float activations: exact (test_vnni.py: int)
+    monkeypatch.setattr(cpu.SWITCHES, "bf16_gemm", False)  # float32 prefill products (test_bf16_gemm.py covers bf16)
 
     rng = np.random.default_rng(bits)
     out, inp = QSHAPES[name]
@@ -107,16 +107,16 @@ def test_quantized_matvec_equals_the_dequantized_reference(monkeypatch, name, bi
     assert w.codes.nbytes == out * inp * bits // 8  # 1 or 1/2 byte per weight, no float copy
     x = rng.standard_normal(inp, dtype=np.float32)
     ref = w.dequantize().astype(np.float64) @ x
-    assert rel_err(matvec_affine(w, x), ref) < 1e-5
+    assert rel_err(AffineLinear(w)(x), ref) < 1e-5
     rows = rng.standard_normal((2, 5, inp), dtype=np.float32)
-    np.testing.assert_allclose(linear_affine(rows, w), rows @ w.dequantize().T, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(AffineLinear(w)(rows), rows @ w.dequantize().T, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("bits", [4, 8])
 def test_native_mlx_checkpoints_stay_quantized_and_match_the_reference(tmp_path, bits):
     d = write_random_checkpoint(tmp_path / "q", config("tied"), dtype="float32", quantize=bits, group_size=32)
     ref, native = load_model(d), load_model(d, dtype="native", kv_dtype="float32")
-    assert type(native.blocks[0].mlp.gate).__name__ == "AffineWeight"
+    assert type(native.blocks[0].mlp.gate.w).__name__ == "AffineWeight"
     ids = [3, 141, 59, 265]
     assert rel_err(native.forward(ids), ref.forward(ids)) < 1e-5
     a, b = ref.make_cache(), native.make_cache()
@@ -133,16 +133,14 @@ def test_quantize_at_load_int8_is_close(tmp_path):
         load_model(d, quantize="int3")
 
 
-@pytest.mark.parity
+@pytest.mark.kernels
 @pytest.mark.parametrize("bits", [4, 8])
 def test_numba_quantized_kernels_themselves(reference, monkeypatch, bits):
     reference("numba")
-    from fs_model.numpy import quantized, vnni
+    monkeypatch.setattr(cpu.SWITCHES, "int8_activations", False)  # the float kernels; test_vnni.py: the integer ones
 
-    monkeypatch.setattr(vnni, "ENABLED", False)  # the float kernels; test_vnni.py covers the integer ones
-
-    assert quantized.HAVE_NUMBA
+    assert cpu.HAVE_NUMBA
     rng = np.random.default_rng(3)
-    w = quantized.quantize_affine(rng.standard_normal((300, 1024), dtype=np.float32), bits=bits, group=64)
+    w = quantize_affine(rng.standard_normal((300, 1024), dtype=np.float32), bits=bits, group=64)
     x = rng.standard_normal(1024, dtype=np.float32)
-    assert rel_err(quantized.matvec_affine(w, x), w.dequantize().astype(np.float64) @ x) < 1e-5
+    assert rel_err(AffineLinear(w)(x), w.dequantize().astype(np.float64) @ x) < 1e-5

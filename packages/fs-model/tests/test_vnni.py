@@ -3,10 +3,11 @@
 import numpy as np
 import pytest
 
-from fs_model.numpy import quantized, vnni
+from fs_model.cpu import affine, vnni
+from fs_model.cpu.affine import AffineLinear
 from model_helpers import rel_err
 
-pytestmark = pytest.mark.parity  # needs numba (the parity session installs it)
+pytestmark = pytest.mark.kernels  # needs numba (the kernels session installs fs-model[fast])
 
 SHAPES = {
     "q_proj": (2048, 1024),
@@ -26,11 +27,11 @@ def _vnni(reference):
         pytest.skip("this CPU has no AVX-512 VNNI: decode uses the float kernels (test_kernels.py)")
 
 
-def contract(w: quantized.AffineWeight, x: np.ndarray) -> np.ndarray:
+def contract(w: affine.AffineWeight, x: np.ndarray) -> np.ndarray:
     """vnni.py's formula in exact arithmetic: Σ_g s_g·sx_g·(q_g · xq_g) + b_g·Σx_g."""
     n = w.shape[0]
     xq, sx, xs = vnni.quantize_rows(x)
-    codes = quantized._unplanar(w.codes, 64).astype(np.int64).reshape(n, -1, 64)
+    codes = affine._unplanar(w.codes, 64).astype(np.int64).reshape(n, -1, 64)
     dots = np.einsum("ngj,mgj->mng", codes, xq.astype(np.int64).reshape(x.shape[0], -1, 64))
     s, b = w.scales.astype(np.float64)[None], w.biases.astype(np.float64)[None]
     return (s * sx[:, None].astype(np.float64) * dots).sum(-1) + (b * xs[:, None].astype(np.float64)).sum(-1)
@@ -40,11 +41,11 @@ def contract(w: quantized.AffineWeight, x: np.ndarray) -> np.ndarray:
 def test_integer_kernel_equals_its_contract_exactly(name):
     rng = np.random.default_rng(len(name))
     n, k = SHAPES[name]
-    w = quantized.quantize_affine(rng.standard_normal((n, k), dtype=np.float32), bits=4, group=64)
+    w = affine.quantize_affine(rng.standard_normal((n, k), dtype=np.float32), bits=4, group=64)
     for m in (1, 3, 8):  # a decode step of a batch of m rows
         x = rng.standard_normal((m, k), dtype=np.float32) * np.float32(3)
         assert vnni.applies(4, 64, k)
-        got = quantized.linear_affine(x, w)  # the route decode takes
+        got = AffineLinear(w)(x)  # the route decode takes
         assert rel_err(got, contract(w, x)) < 1e-5
         # the activation rounding is the only approximation: a few % of the float-activation result (worst for few
         # inputs: 3.3 % at k = 128)

@@ -1,13 +1,14 @@
-"""Day 8: fork, steer and select - branches that share one immutable KV prefix of a real model."""
+"""Fork, steer and select: branches that share one immutable KV prefix of a real model, each run and evaluated."""
 
 from dataclasses import dataclass
 from typing import Any
 
+from fs_generate import prefill
 from fs_kvcache import DenseKVCache
 
 from .checkpoint import AgentCheckpoint, ModelCheckpoint
 from .evaluation import EvaluationCase, EvaluationReport, evaluate_run
-from .generation import _tokens, greedy_decode
+from .generation import greedy_decode
 from .loop import AgentLimits, AgentRun
 from .protocol import AgentError, Message
 from .steering import resume_with_steering
@@ -90,7 +91,7 @@ class KvPrefixGenerator:
         if not ids:
             raise AgentError("checkpoint prompt must contain at least one token")
         caches = [DenseKVCache() for _ in range(self.layers)]
-        self.model(_tokens(self.model, ids), 0, caches, logits_to_keep=1)
+        prefill(self.model, ids, caches, chunk=len(ids))  # one call, as a saved checkpoint records
         for c in caches:
             c.materialize()
         if any(c.key_values is None or c.offset != len(ids) for c in caches):

@@ -1,9 +1,14 @@
-"""Day 1: prompts for the model and one greedy response from a real model (fs_model + fs_tokenizer)."""
+"""Prompts for the model, and one greedy response decoded through fs-generate's decode step.
+
+The agent renders its messages with the tokenizer's chat template and decodes greedily with
+``fs_generate.generate_step`` - the same step every fs decoder uses - stopping at the model's EOS set
+(``fs_generate.resolve_eos``: the model's generation config, else the tokenizer's).
+"""
 
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
+from fs_generate import generate_step, resolve_eos
 
 from .protocol import Message
 
@@ -18,18 +23,16 @@ def greedy_decode(
     model: Any, tokenizer: Any, prompt_ids: list[int], caches: list[Any], offset: int, max_tokens: int
 ) -> list[int]:
     """Feed ``prompt_ids`` at ``offset`` in one call, then one token per call; stop at EOS (not included)."""
-    eos = getattr(tokenizer, "eos_token_id", None)
-    eos_ids = set(getattr(tokenizer, "eos_token_ids", ()) or ()) | ({eos} if eos is not None else set())
+    eos = resolve_eos(model, tokenizer, None)
     out: list[int] = []
-    feed = list(prompt_ids)
-    for _ in range(max_tokens):
-        logits = model(_tokens(model, feed), offset, caches, logits_to_keep=1)
-        offset += len(feed)
-        token = int(np.argmax(_last(logits)))
-        if token in eos_ids:
+    if max_tokens <= 0:
+        return out
+    for token, _ in generate_step(model, prompt_ids, caches, offset=offset, chunk=max(1, len(prompt_ids))):
+        if token in eos:
             break
         out.append(token)
-        feed = [token]
+        if len(out) >= max_tokens:
+            break
     return out
 
 
@@ -55,20 +58,3 @@ def generate_response(
             release = getattr(c, "release", None)
             if callable(release):
                 release()
-
-
-def _tokens(model: Any, ids: list[int]) -> Any:
-    make = getattr(model, "tokens_array", None)
-    return make([ids]) if make is not None else np.asarray([ids], dtype=np.int64)
-
-
-def _last(logits: Any) -> np.ndarray:
-    if not isinstance(logits, np.ndarray):
-        try:
-            import mlx.core as mx
-
-            if isinstance(logits, mx.array):
-                return np.array(logits[0, -1].astype(mx.float32))
-        except ImportError:  # pragma: no cover
-            pass
-    return np.asarray(logits)[0, -1]

@@ -4,6 +4,8 @@ from .errors import GenerateError
 from .generate import Generation, GenerationStep, generate, generate_batch, stream_generate
 from .resolve import load, resolve_model_path
 from .sampling import SamplingParams
+from .step import generate_step, greedy, prefill
+from .stopping import resolve_eos
 
 __version__ = "0.1.0"
 __all__ = [
@@ -13,7 +15,11 @@ __all__ = [
     "SamplingParams",
     "generate",
     "generate_batch",
+    "generate_step",
+    "greedy",
     "load",
+    "prefill",
+    "resolve_eos",
     "resolve_model_path",
     "stream_generate",
 ]

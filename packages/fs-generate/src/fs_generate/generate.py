@@ -1,7 +1,9 @@
-"""The generation loop: prefill the prompt once, then one token per step from the KV cache.
+"""One request's rules around the decode step: sampling parameters, EOS, budget, context limit, stop strings.
 
-``stream_generate`` yields a ``GenerationStep`` per token; ``generate`` collects them into a ``Generation``.
-The uncached path (``use_cache=False``: recompute the growing prefix every step) is kept as the oracle.
+``stream_generate`` yields a ``GenerationStep`` per token; ``generate`` collects them into a ``Generation``;
+``generate_batch`` decodes several prompts with one forward pass per step. The tokens themselves come from
+step.py's ``generate_step`` (one request) or from one batched call per step. The uncached path
+(``use_cache=False``: recompute the growing prefix every step) is kept as the oracle.
 """
 
 import time
@@ -11,11 +13,12 @@ from typing import Any
 
 import numpy as np
 
+from fs_kvcache import DenseKVCache
+
 from .errors import GenerateError
 from .sampling import SamplingParams, choose, logprob
+from .step import PREFILL_CHUNK, generate_step, last_logits, tokens_for
 from .stopping import StopStrings, resolve_eos
-
-PREFILL_CHUNK = 512
 
 
 @dataclass(frozen=True)
@@ -127,11 +130,18 @@ class Generator:
             return False
         return True
 
+    def sample(self, logits: np.ndarray) -> int:
+        """The next token from ``logits [V]`` under this request's sampling parameters and seed."""
+        return choose(logits, self.params, self.rng, self.seq)
+
     def accept(self, logits: np.ndarray) -> GenerationStep:
         """Choose the next token from ``logits [V]`` and apply every stop rule; sets ``done`` at the end."""
+        token = self.sample(logits)
+        return self.take(token, logprob(logits, token))
+
+    def take(self, token: int, lp: float) -> GenerationStep:
+        """Apply every stop rule to the chosen ``token``; sets ``done`` at the end."""
         r = self.result
-        token = choose(logits, self.params, self.rng, self.seq)
-        lp = logprob(logits, token)
         if token in self.eos:
             r.finish_reason, r.eos_token_id = "eos", token
             return self._finish(GenerationStep(token, "", lp, "eos"))
@@ -161,46 +171,36 @@ class Generator:
 
     # --- running one request --------------------------------------------------------------------------------
 
-    def _logits(self, feed: list[int], caches: list[Any] | None, offset: int) -> np.ndarray:
-        self.result.forward_passes += 1
-        out = self.model(_tokens(self.model, [feed]), offset, caches, logits_to_keep=1)
-        return np.asarray(_numpy(out)[0, -1], dtype=np.float32)
-
-    def _prefill(self) -> tuple[np.ndarray, list[Any] | None]:
+    def _caches(self) -> tuple[list[Any] | None, int]:
+        """Fresh caches, or caches resuming the longest prefix the prefix cache holds; (caches, reused tokens)."""
         if not self.use_cache:
-            return self._logits(self.prompt, None, 0), None
-        caches, start = self.model.make_cache(), 0
+            return None, 0
         if self.prefix_cache is not None:
-            from fs_kvcache import DenseKVCache
-
             n, state = self.prefix_cache.match(self.prompt[:-1])  # the last prompt token must be fed for logits
             if n:
-                caches, start = [DenseKVCache(key_values=kv) for kv in state], n
-        self.reused = start
-        logits = None
-        for at in range(start, len(self.prompt), PREFILL_CHUNK):
-            logits = self._logits(self.prompt[at : at + PREFILL_CHUNK], caches, at)
-        if self.prefix_cache is not None:
-            self.prefix_cache.insert(self.prompt, [c.key_values for c in caches])
-        assert logits is not None
-        return logits, caches
+                return [DenseKVCache(key_values=kv) for kv in state], n
+        return self.model.make_cache(), 0
 
     def steps(self) -> Iterator[GenerationStep]:
         if not self.start():
             return
         t0 = time.perf_counter()
-        logits, caches = self._prefill()
-        self.result.prompt_seconds = time.perf_counter() - t0
-        self._t0 = time.perf_counter()
-        while True:
-            step = self.accept(logits)
+        caches, self.reused = self._caches()
+        fed = len(self.prompt) - self.reused
+        tokens = generate_step(self.model, self.prompt[self.reused :], caches, self.sample, offset=self.reused)
+        for i, (token, lp) in enumerate(tokens):
+            if i == 0:  # the prompt is in the caches now
+                self.result.prompt_seconds = time.perf_counter() - t0
+                self._t0 = time.perf_counter()
+                self.result.forward_passes = -(-fed // PREFILL_CHUNK) if caches is not None else 1
+                if self.prefix_cache is not None and caches is not None:
+                    self.prefix_cache.insert(self.prompt, [c.key_values for c in caches])
+            else:
+                self.result.forward_passes += 1
+            step = self.take(token, lp)
             yield step
             if self.done:
                 return
-            if caches is not None:
-                logits = self._logits([step.token_id], caches, len(self.seq) - 1)
-            else:
-                logits = self._logits(self.seq, None, 0)
 
 
 def stream_generate(model: Any, tokenizer: Any, prompt: str | Sequence[int], **kw: Any) -> Iterator[GenerationStep]:
@@ -236,7 +236,7 @@ def generate_batch(
     caches = model.make_cache()
     t0 = time.perf_counter()
     rows = [[0] * p + g.prompt for p, g in zip(pad, live, strict=True)]
-    logits = np.asarray(_numpy(model(_tokens(model, rows), 0, caches, logits_to_keep=1, pad=pad))[:, -1], np.float32)
+    logits = last_logits(model(tokens_for(model, rows), 0, caches, logits_to_keep=1, pad=pad))
     for g in live:
         g.result.prompt_seconds, g._t0, g.result.forward_passes = time.perf_counter() - t0, time.perf_counter(), 1
     offset = P
@@ -246,18 +246,12 @@ def generate_batch(
             feed.append(g.accept(z).token_id if not g.done else 0)  # finished rows feed a dummy token
         if all(g.done for g in live) or offset >= model.config.max_position_embeddings + min(pad):
             break
-        out = model(_tokens(model, [[t] for t in feed]), offset, caches, logits_to_keep=1, pad=pad)
-        logits = np.asarray(_numpy(out)[:, -1], dtype=np.float32)
+        logits = last_logits(model(tokens_for(model, [[t] for t in feed]), offset, caches, logits_to_keep=1, pad=pad))
         for g in live:
             if not g.done:
                 g.result.forward_passes += 1
         offset += 1
     return [g.result for g in gens]
-
-
-def _tokens(model: Any, rows: list[list[int]]) -> Any:
-    make = getattr(model, "tokens_array", None)
-    return make(rows) if make is not None else np.asarray(rows, dtype=np.int64)
 
 
 def _decoder(tokenizer: Any) -> Any:
@@ -267,16 +261,3 @@ def _decoder(tokenizer: Any) -> Any:
         return tokenizer.stream_decoder(unknown="replace")
     except TypeError:
         return tokenizer.stream_decoder()
-
-
-def _numpy(x: Any) -> np.ndarray:
-    if isinstance(x, np.ndarray):
-        return x
-    try:
-        import mlx.core as mx
-
-        if isinstance(x, mx.array):
-            return np.array(x.astype(mx.float32))
-    except ImportError:  # pragma: no cover
-        pass
-    return np.asarray(x)

@@ -1,29 +1,21 @@
 """When generation ends: EOS ids, the token budget, the context limit and stop strings."""
 
 from collections.abc import Iterable, Sequence
-from pathlib import Path
 from typing import Any
-
-from fs_weights import WeightsError, load_generation_config
 
 from .errors import GenerateError
 
 
 def model_eos_ids(model: Any, tokenizer: Any = None) -> frozenset[int]:
-    """Union of ``eos_token_id`` in generation_config.json and config.json; the tokenizer's as a fallback."""
-    ids: set[int] = set()
+    """The model's EOS set, read once when it was loaded (``fs_model.Model.eos_token_ids``: config.json and
+    generation_config.json); a duck-typed model's ``config.eos_token_id``; the tokenizer's as a fallback."""
+    ids: set[int] = set(getattr(model, "eos_token_ids", ()) or ())
     eos = getattr(getattr(model, "config", None), "eos_token_id", None)
     ids.update(eos if isinstance(eos, list) else [eos] if isinstance(eos, int) else [])
-    path = getattr(model, "path", None)
-    if path and Path(path).is_dir():
-        try:
-            gen = load_generation_config(path)
-        except WeightsError as e:
-            raise GenerateError(str(e)) from None
-        if gen is not None:
-            ids.update(gen.eos_token_id)
     if not ids and tokenizer is not None:
         ids.update(getattr(tokenizer, "eos_token_ids", ()) or ())
+        eos = getattr(tokenizer, "eos_token_id", None)
+        ids.update([eos] if type(eos) is int else [])
     return frozenset(ids)
 
 

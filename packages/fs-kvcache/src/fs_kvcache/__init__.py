@@ -1,5 +1,6 @@
 """fs_kvcache: Dense, forkable, paged copy-on-write and radix prefix KV caches for numpy and MLX arrays."""
 
+from .arrays import is_mlx, to_numpy
 from .dense import DenseKVCache
 from .errors import KVCacheError
 from .paged import BlockPool, PagedKVCache
@@ -14,6 +15,8 @@ __all__ = [
     "PagedKVCache",
     "RadixPrefixCache",
     "identity_string",
+    "is_mlx",
     "load_prompt_cache",
     "save_prompt_cache",
+    "to_numpy",
 ]

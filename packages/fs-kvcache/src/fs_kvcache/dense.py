@@ -47,6 +47,14 @@ class DenseKVCache:
         self._kv = (bk[:, :, :end], bv[:, :, :end])
         return self._kv
 
+    def update_and_fetch_buffers(self, keys: Any, values: Any) -> tuple[Any, Any, int]:
+        """``update_and_fetch``, returning instead the cache's own contiguous buffers ``[B, kv_heads, capacity,
+        head_dim]`` and ``offset``: positions 0..offset-1 are the history, the rest is spare capacity. A kernel
+        reads the history in place from them (a compiled loop over a strided view is slower, a copy is O(T))."""
+        self.update_and_fetch(keys, values)
+        assert self._buf is not None
+        return self._buf[0], self._buf[1], self.offset
+
     def _reallocate(self, like: Any, needed: int) -> None:
         old = self._buf[0].shape[2] if self._buf is not None else 0
         cap = max(needed + needed // 4, 2 * old, STEP)  # headroom: a prefill is followed by decode steps

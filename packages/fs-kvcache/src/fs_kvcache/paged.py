@@ -7,7 +7,7 @@ A block table maps the sequence's positions to pool blocks (position p lives in 
 
 from typing import Any
 
-from .arrays import evaluate, zeros
+from .arrays import evaluate, index, zeros
 from .dense import _check_pair
 from .errors import KVCacheError
 
@@ -78,8 +78,8 @@ class PagedKVCache:
             return None
         p = self.pool
         n = len(self.table)
-        k = p.k[_index(p.k, self.table)]  # [n, H, bs, D]
-        v = p.v[_index(p.v, self.table)]
+        k = p.k[index(p.k, self.table)]  # [n, H, bs, D]
+        v = p.v[index(p.v, self.table)]
         H, D = k.shape[1], k.shape[3]
         k = k.transpose(1, 0, 2, 3).reshape(1, H, n * p.block_size, D)[:, :, : self.offset]
         v = v.transpose(1, 0, 2, 3).reshape(1, H, n * p.block_size, D)[:, :, : self.offset]
@@ -156,15 +156,3 @@ class PagedKVCache:
 
     def __repr__(self) -> str:
         return f"PagedKVCache(offset={self.offset}, blocks={self.table})"
-
-
-def _is_np(x: Any) -> bool:
-    return type(x).__module__ == "numpy"
-
-
-def _index(storage: Any, ids: list[int]) -> Any:
-    if _is_np(storage):
-        return ids
-    import mlx.core as mx
-
-    return mx.array(ids)

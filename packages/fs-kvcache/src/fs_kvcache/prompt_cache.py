@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from .arrays import is_mlx
 from .errors import KVCacheError
 
 FORMAT = "fs-prompt-cache/1"
@@ -21,7 +22,7 @@ FORMAT = "fs-prompt-cache/1"
 def _to_numpy(x: Any) -> tuple[np.ndarray, str]:
     """(numpy array, dtype name); bfloat16 travels as its uint16 bit pattern (MLX's, or a numpy cache's, which
     holds bf16 as uint16 bits already)."""
-    if type(x).__module__.startswith("mlx"):
+    if is_mlx(x):
         import mlx.core as mx
 
         if x.dtype == mx.bfloat16:

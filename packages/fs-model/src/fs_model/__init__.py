@@ -2,7 +2,8 @@
 
 from .errors import ModelError
 from .loader import load_model
-from .model import Model
+from .model import CausalLM, Model
+from .numpy.linear import MatmulTime, time_matmuls
 
 __version__ = "0.1.0"
-__all__ = ["Model", "ModelError", "load_model"]
+__all__ = ["CausalLM", "MatmulTime", "Model", "ModelError", "load_model", "time_matmuls"]

@@ -1,18 +1,22 @@
-"""``load_model``: config -> cross-check -> supported? -> weights -> backend. Every refusal happens before compute."""
+"""``load_model``: config -> supported? -> cross-check -> the backend's ``from_checkpoint``.
 
+Backend-neutral: every refusal about the files happens here, before any compute; what a weight becomes in memory
+is the chosen backend's business (``fs_model.numpy.build``, ``fs_model.mlx.model``).
+"""
+
+import importlib
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-import numpy as np
-
-from fs_weights import Checkpoint, Qwen3Config, WeightsError, cross_check, f32_to_bf16, load_config
+from fs_weights import Checkpoint, Qwen3Config, WeightsError, cross_check, load_config, load_generation_config
 
 from .errors import ModelError
 from .model import Model
 
-BACKENDS = ("numpy", "mlx")
+# backend -> the module whose from_checkpoint builds it (imported only when chosen: mlx is optional)
+BUILDERS = {"numpy": "fs_model.numpy.build", "mlx": "fs_model.mlx"}
+BACKENDS = tuple(BUILDERS)
 
 
 def check_supported(c: Qwen3Config) -> None:
@@ -61,66 +65,13 @@ def load_model(
         check_supported(config)
         ckpt = Checkpoint.open(p)
         cross_check(config, ckpt, strict=True)
+        generation = load_generation_config(p)
     except WeightsError as e:
         raise ModelError(str(e)) from None
-    if backend == "numpy":
-        if dtype not in (None, "float32", "bfloat16", "native"):
-            raise ModelError(f"numpy backend weights: dtype must be float32, bfloat16 or native, not {dtype!r}")
-        if quantize not in (None, "int8", "int4"):
-            raise ModelError(f"quantize must be int8 or int4, not {quantize!r}")
-        if kv_dtype is None:
-            kv_dtype = "float32" if dtype in (None, "float32") and quantize is None else "bfloat16"
-        from .numpy import NumpyModel
-
-        names = [n for n in ckpt.names() if not n.endswith((".scales", ".biases"))]
-        weights = {}
-        for i, n in enumerate(names, 1):
-            weights[n] = _numpy_weight(ckpt, n, dtype, quantize)
-            if progress is not None:
-                progress(i, len(names))
-        return NumpyModel(config, weights, str(p), kv_dtype=kv_dtype)
-    if quantize is not None:
-        raise ModelError("quantize= applies to the numpy backend; for MLX use an MLX-quantized checkpoint")
-    if kv_dtype is not None:
-        raise ModelError("kv_dtype= applies to the numpy backend; MLX caches hold the compute dtype")
-    from .mlx import MlxModel
-
-    return MlxModel.from_checkpoint(config, ckpt, dtype, str(p), progress)
-
-
-def _numpy_weight(ckpt: Checkpoint, name: str, dtype: str | None, quantize: str | None) -> Any:
-    w = _numpy_weight_as_kept(ckpt, name, dtype, quantize)
-    if not np.may_share_memory(getattr(w, "codes", w), ckpt.raw(name)):
-        ckpt.release(name)  # a converted copy is kept: the stored pages need not stay resident (peak RSS)
-    return w
-
-
-def _numpy_weight_as_kept(ckpt: Checkpoint, name: str, dtype: str | None, quantize: str | None) -> Any:
-    if len(ckpt.info(name).shape) != 2:  # norms: tiny, always float32
-        return _float32(ckpt, name)
-    from .numpy.quantized import from_mlx, quantize_affine
-
-    if ckpt.is_quantized(name) and (dtype == "native" or quantize is not None):
-        bits, group = ckpt.quant_params(name)
-        base = name.removesuffix(".weight")
-        if bits in (4, 8):
-            return from_mlx(ckpt.raw(name), ckpt.get(base + ".scales"), ckpt.get(base + ".biases"), bits, group)
-    if quantize is not None:
-        stored = ckpt.raw(name) if ckpt.info(name).dtype in ("BF16", "F32") and not ckpt.is_quantized(name) else None
-        w = stored if stored is not None else ckpt.get(name, np.float32, dequantize=True)
-        return quantize_affine(w, bits=8 if quantize == "int8" else 4)
-    if dtype == "bfloat16" or (dtype == "native" and ckpt.info(name).dtype == "BF16"):
-        return _bf16(ckpt, name)
-    return _float32(ckpt, name)
-
-
-def _bf16(ckpt: Checkpoint, name: str) -> np.ndarray:
-    """Matrices as bf16 bit patterns: a BF16 tensor is the read-only mmap view itself (no copy, 2 bytes/param)."""
-    if ckpt.info(name).dtype == "BF16":
-        return ckpt.raw(name)
-    return f32_to_bf16(ckpt.get(name, np.float32, dequantize=True))
-
-
-def _float32(ckpt: Checkpoint, name: str) -> np.ndarray:
-    """Weights as contiguous float32 in memory (quantized ones dequantized once, at load)."""
-    return np.ascontiguousarray(ckpt.get(name, np.float32, dequantize=True))
+    module = importlib.import_module(BUILDERS[backend])
+    model: Model = module.from_checkpoint(
+        config, ckpt, str(p), dtype=dtype, quantize=quantize, kv_dtype=kv_dtype, progress=progress
+    )
+    if generation is not None:  # read once, here: the EOS set generation stops on (Model.eos_token_ids)
+        model.eos_token_ids = model.eos_token_ids | frozenset(generation.eos_token_id)
+    return model

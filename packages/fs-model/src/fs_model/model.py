@@ -2,10 +2,11 @@
 
 ``model(tokens [B, S], offset, caches, logits_to_keep=None) -> logits [B, S', V]`` (mlx-lm / tiny-llm style)
 and ``model.forward(ids [S], cache=None) -> logits [S, V]``. Inputs are checked here, before any compute.
+``CausalLM`` states the contract as a Protocol: what fs-generate, fs-agent and their test doubles rely on.
 """
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -14,7 +15,28 @@ from fs_weights import Qwen3Config
 
 from .errors import ModelError
 
-TRACE_POINTS = ("embedding", "block.{i}", "final_norm", "logits")
+
+class CausalLM(Protocol):
+    """A causal language model as the layers above use it. ``tokens`` is ``tokens_array(ids)`` (numpy int64 or
+    mx.array int32, [B, S]); ``caches`` one per layer from ``make_cache()``, all at ``offset``; ``pad[b]`` left
+    padding of row b. Returns logits [B, S or logits_to_keep, V] in the backend's array type."""
+
+    config: Qwen3Config
+
+    def __call__(
+        self,
+        tokens: Any,
+        offset: int = 0,
+        caches: Sequence[Any] | None = None,
+        logits_to_keep: int | None = None,
+        pad: Sequence[int] | None = None,
+    ) -> Any: ...
+
+    def make_cache(self) -> list[Any]: ...
+
+    def tokens_array(self, ids: Sequence[int] | Sequence[Sequence[int]]) -> Any: ...
+
+    def to_numpy(self, x: Any) -> Any: ...
 
 
 class Model:
@@ -24,6 +46,9 @@ class Model:
         self.config = config
         self.path = path
         self.n_layers = config.num_hidden_layers
+        eos = config.eos_token_id
+        # the ids that end generation: config.json's, and generation_config.json's (added by load_model)
+        self.eos_token_ids = frozenset(eos if isinstance(eos, list) else [eos] if isinstance(eos, int) else [])
 
     # --- the contract ---------------------------------------------------------------------------------------
 
@@ -84,7 +109,7 @@ class Model:
 
     def _check(
         self, tokens: Any, offset: int, caches: Sequence[Any] | None, keep: int | None, pad: Sequence[int] | None = None
-    ) -> tuple[int, int]:
+    ) -> None:
         arr = np.asarray(self.to_numpy(tokens))
         if arr.ndim != 2:
             raise ModelError(f"tokens must be [B, S], got shape {arr.shape}")
@@ -120,7 +145,6 @@ class Model:
                 )
         if keep is not None and (type(keep) is not int or keep < 1):
             raise ModelError(f"logits_to_keep must be a positive int or None, got {keep!r}")
-        return B, S
 
     # --- backend hooks --------------------------------------------------------------------------------------
 

@@ -11,10 +11,10 @@ import os
 
 import mlx.core as mx
 
-from .model import MlxModel
+from .model import MlxModel, from_checkpoint
 
 # `nox -s metal` sets FS_MLX_DEVICE=gpu so the MLX tests provably run on the Apple GPU, not a CPU fallback.
 if os.environ.get("FS_MLX_DEVICE") in ("gpu", "cpu"):
     mx.set_default_device(mx.gpu if os.environ["FS_MLX_DEVICE"] == "gpu" else mx.cpu)
 
-__all__ = ["MlxModel"]
+__all__ = ["MlxModel", "from_checkpoint"]

@@ -100,8 +100,21 @@ class MlxModel(Model):
 
     @classmethod
     def from_checkpoint(
-        cls, config: Qwen3Config, ckpt: Checkpoint, dtype: str | None, path: str, progress: Any = None
+        cls,
+        config: Qwen3Config,
+        ckpt: Checkpoint,
+        path: str,
+        *,
+        dtype: str | None = None,
+        quantize: str | None = None,
+        kv_dtype: str | None = None,
+        progress: Any = None,
     ) -> "MlxModel":
+        """``dtype`` is the compute dtype (default: the checkpoint's); quantized checkpoints stay quantized."""
+        if quantize is not None:
+            raise ModelError("quantize= applies to the numpy backend; for MLX use an MLX-quantized checkpoint")
+        if kv_dtype is not None:
+            raise ModelError("kv_dtype= applies to the numpy backend; MLX caches hold the compute dtype")
         name = dtype or _stored_dtype(ckpt)
         if name not in DTYPES:
             raise ModelError(f"dtype {name!r} is not available on the MLX backend (choose from {', '.join(DTYPES)})")
@@ -169,6 +182,9 @@ class MlxModel(Model):
         if trace is not None:
             trace["final_norm"], trace["logits"] = x, logits
         return logits
+
+
+from_checkpoint = MlxModel.from_checkpoint  # the loader's entry point, as fs_model.numpy.from_checkpoint
 
 
 def _to_mx(ckpt: Checkpoint, name: str, dt: mx.Dtype) -> mx.array:

@@ -5,13 +5,13 @@ With ``kv_bf16`` the keys and values are rounded to bf16 as they are made and th
 (uint16): half the bytes to keep and to read per token, as mlx-lm's bf16 models do.
 """
 
+from typing import Any
+
 import numpy as np
 
-from fs_weights import f32_to_bf16
+from fs_weights import bf16_to_f32, f32_to_bf16
 
-from . import fused
-from .kernels import widen
-from .mlp import linear
+from .linear import Linear
 from .norm import rms_norm
 from .rope import RoPE
 
@@ -21,30 +21,22 @@ SCORES_BUDGET = 64 << 20  # bytes of attention scores at once: a 32k-token promp
 
 
 class Attention:
-    def __init__(
-        self, w: dict[str, np.ndarray], nh: int, nkv: int, D: int, eps: float, rope: RoPE, kv_bf16: bool = False
-    ):
-        self.wq, self.wk, self.wv, self.wo = w["q_proj"], w["k_proj"], w["v_proj"], w["o_proj"]
+    def __init__(self, w: dict[str, Any], nh: int, nkv: int, D: int, eps: float, rope: RoPE, kv_bf16: bool = False):
+        self.wq: Linear = w["q_proj"]
+        self.wk: Linear = w["k_proj"]
+        self.wv: Linear = w["v_proj"]
+        self.wo: Linear = w["o_proj"]
         self.q_norm, self.k_norm = w["q_norm"], w["k_norm"]
         self.nh, self.nkv, self.D, self.eps, self.rope, self.kv_bf16 = nh, nkv, D, eps, rope, kv_bf16
         self.scale = np.float32(D**-0.5)
 
-    @property
-    def fused(self) -> bool:
-        """Decode steps use fused.py when the matrices run on numba kernels (bf16 bits, quantized codes). float32
-        matrices run on OpenBLAS's threads, and interleaving numba calls between its products measured slower
-        than the numpy glue (docs/performance.md)."""
-        return fused.ENABLED and not (isinstance(self.wq, np.ndarray) and self.wq.dtype == np.float32)
-
     def __call__(
-        self, x: np.ndarray, tables: tuple[np.ndarray, np.ndarray], cache=None, pad: np.ndarray | None = None
+        self, x: np.ndarray, tables: tuple[np.ndarray, np.ndarray], cache: Any = None, pad: np.ndarray | None = None
     ) -> np.ndarray:
         B, S, _ = x.shape
-        if S == 1 and self.fused:
-            return self._decode_step(x, tables, cache, pad)
-        q = linear(x, self.wq).reshape(B, S, self.nh, self.D)
-        k = linear(x, self.wk).reshape(B, S, self.nkv, self.D)
-        v = linear(x, self.wv).reshape(B, S, self.nkv, self.D)
+        q = self.wq(x).reshape(B, S, self.nh, self.D)
+        k = self.wk(x).reshape(B, S, self.nkv, self.D)
+        v = self.wv(x).reshape(B, S, self.nkv, self.D)
         q = rms_norm(q, self.q_norm, self.eps).transpose(0, 2, 1, 3)
         k = rms_norm(k, self.k_norm, self.eps).transpose(0, 2, 1, 3)
         v = v.transpose(0, 2, 1, 3)
@@ -54,7 +46,7 @@ class Attention:
         if cache is not None:
             k, v = cache.update_and_fetch(k, v)
         if self.kv_bf16:
-            k, v = widen(k), widen(v)
+            k, v = bf16_to_f32(k), bf16_to_f32(v)
         T, G = k.shape[2], self.nh // self.nkv
         qg = q.reshape(B, self.nkv, G, S, self.D)  # query heads h = g·G + j share kv head g
         out = np.empty_like(qg)
@@ -62,7 +54,7 @@ class Attention:
         for a in range(0, S, step):
             out[:, :, :, a : a + step] = self._attend(qg[:, :, :, a : a + step], k, v, T - S + a, pad)
         out = out.reshape(B, self.nh, S, self.D)
-        return linear(out.transpose(0, 2, 1, 3).reshape(B, S, self.nh * self.D), self.wo)
+        return self.wo(out.transpose(0, 2, 1, 3).reshape(B, S, self.nh * self.D))
 
     def _attend(self, q: np.ndarray, k: np.ndarray, v: np.ndarray, first: int, pad: np.ndarray | None) -> np.ndarray:
         """Queries q [B, nkv, G, s, D] at cache positions first .. first+s-1 over the keys they can see."""
@@ -78,15 +70,3 @@ class Attention:
         scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
         probs = scores / scores.sum(axis=-1, keepdims=True)
         return probs @ v[:, :, None]
-
-    def _decode_step(self, x: np.ndarray, tables: tuple[np.ndarray, np.ndarray], cache, pad) -> np.ndarray:
-        """The same computation for one token per row, with fused.py's kernels instead of the numpy glue."""
-        B = x.shape[0]
-        q = fused.norm_rope(linear(x, self.wq).reshape(B, self.nh, self.D), self.q_norm, self.eps, *tables)
-        k = fused.norm_rope(linear(x, self.wk).reshape(B, self.nkv, self.D), self.k_norm, self.eps, *tables)
-        k, v = k[:, :, None], linear(x, self.wv).reshape(B, self.nkv, 1, self.D)
-        if self.kv_bf16:
-            k, v = f32_to_bf16(k), f32_to_bf16(v)
-        K, V = cache.update_and_fetch(k, v) if cache is not None else (k, v)
-        out = fused.attend(q, K, V, self.scale, pad)
-        return linear(out.reshape(B, 1, self.nh * self.D), self.wo)

@@ -1,10 +1,13 @@
 """The numpy reference backend: float32 compute, one file per concept, read top to bottom.
 
 ids -> embed [B,S,H] -> blocks -> final norm -> logits [B,S,V] (``x @ embedᵀ`` when tied).
+
+Every matrix arrives as a linear layer object (linear.py) and every layer class is handed in: the model is built
+once by ``fs_model.numpy.build``, which decides there which kernels run (the reference classes here import none).
 """
 
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -13,30 +16,43 @@ from fs_weights import Qwen3Config
 
 from ..errors import ModelError
 from ..model import Model
-from . import bf16_gemm
 from .attention import Attention
 from .block import Block
-from .kernels import SMALL, one_blas_thread, widen
-from .mlp import linear
+from .linear import Linear
 from .norm import rms_norm
-from .quantized import AffineWeight
 from .rope import RoPE
+
+# (number of tokens in the call) -> a context the whole forward pass runs in (e.g. BLAS kept to one thread)
+ForwardContext = Callable[[int], contextlib.AbstractContextManager[Any]]
+
+
+def _no_context(S: int) -> contextlib.AbstractContextManager[Any]:
+    return contextlib.nullcontext()
 
 
 class NumpyModel(Model):
     backend = "numpy"
 
     def __init__(
-        self, config: Qwen3Config, weights: dict[str, np.ndarray], path: str = "<memory>", kv_dtype: str = "float32"
+        self,
+        config: Qwen3Config,
+        weights: dict[str, Any],
+        path: str = "<memory>",
+        kv_dtype: str = "float32",
+        *,
+        attention: type[Attention] = Attention,
+        block: type[Block] = Block,
+        context: ForwardContext = _no_context,
     ):
-        """``kv_dtype="bfloat16"`` keeps the KV cache as bf16 bits (half the memory and the bytes read per token)."""
+        """``weights``: checkpoint names -> a ``Linear`` for each matrix, a float32 array for each norm.
+        ``kv_dtype="bfloat16"`` keeps the KV cache as bf16 bits (half the memory and the bytes read per token)."""
         super().__init__(config, path)
         if kv_dtype not in ("float32", "bfloat16"):
             raise ModelError(f"kv_dtype must be float32 or bfloat16, not {kv_dtype!r}")
-        self.kv_dtype = kv_dtype
+        self.kv_dtype, self.context = kv_dtype, context
         c = config
-        self.embed = weights["model.embed_tokens.weight"]
-        self.lm_head = self.embed if c.tie_word_embeddings else weights["lm_head.weight"]
+        self.embed: Linear = weights["model.embed_tokens.weight"]
+        self.lm_head: Linear = self.embed if c.tie_word_embeddings else weights["lm_head.weight"]
         self.norm = weights["model.norm.weight"]
         self.eps = c.rms_norm_eps
         self.rope = RoPE(c.dim_head, c.rope_theta)
@@ -45,8 +61,8 @@ class NumpyModel(Model):
             p = f"model.layers.{i}."
             w = {k.removeprefix(p).split(".")[-2]: v for k, v in weights.items() if k.startswith(p)}
             heads = (c.num_attention_heads, c.num_key_value_heads, c.dim_head)
-            attn = Attention(w, *heads, c.rms_norm_eps, self.rope, kv_bf16=kv_dtype == "bfloat16")
-            self.blocks.append(Block(w, attn, c.rms_norm_eps))
+            attn = attention(w, *heads, c.rms_norm_eps, self.rope, kv_bf16=kv_dtype == "bfloat16")
+            self.blocks.append(block(w, attn, c.rms_norm_eps))
 
     def _run(
         self,
@@ -57,15 +73,9 @@ class NumpyModel(Model):
         trace: dict[str, Any] | None,
         pad: np.ndarray | None = None,
     ) -> np.ndarray:
-        # a prefill on the bf16 GEMM runs on numba's threads: OpenBLAS's must keep off the cores meanwhile
-        on_bf16_gemm = np.shape(tokens)[1] > SMALL and bf16_gemm.applies(self.blocks[0].mlp.gate)
-        with one_blas_thread() if on_bf16_gemm else contextlib.nullcontext():
-            tokens = np.asarray(tokens, dtype=np.int64)
-            if isinstance(self.embed, AffineWeight):
-                x = self.embed.rows(tokens)
-            else:
-                x = self.embed[tokens]
-                x = widen(x) if x.dtype == np.uint16 else x.astype(np.float32)
+        tokens = np.asarray(tokens, dtype=np.int64)
+        with self.context(tokens.shape[1]):
+            x = self.embed.rows(tokens)
             if trace is not None:
                 trace["embedding"] = x
             positions = np.arange(offset, offset + tokens.shape[1])
@@ -79,7 +89,7 @@ class NumpyModel(Model):
             if keep is not None:
                 x = x[:, -keep:]
             x = rms_norm(x, self.norm, self.eps)
-            logits = linear(x, self.lm_head)
+            logits = self.lm_head(x)
             if trace is not None:
                 trace["final_norm"], trace["logits"] = x, logits
             return logits

@@ -8,23 +8,19 @@ or llvmlite cannot compile — callers then keep their numba/numpy paths.
 import ctypes
 from typing import Any
 
-from .kernels import HAVE_NUMBA
+from . import FEATURES, HAVE_NUMBA
 
 _engines: list[Any] = []  # compiled code lives as long as its engine
 
 
 def compile_ir(ir: str, features: tuple[str, ...], signatures: dict[str, Any]) -> dict[str, Any] | None:
     """{name: ctypes function} for each ``signatures[name]`` (a ctypes.CFUNCTYPE) defined in ``ir``."""
-    if not HAVE_NUMBA:
+    if not HAVE_NUMBA or not FEATURES.issuperset(features):
         return None
     try:
         import llvmlite.binding as llvm
 
-        llvm.initialize_native_target()
-        llvm.initialize_native_asmprinter()
         host = llvm.get_host_cpu_features()
-        if not all(host.get(f, False) for f in features):
-            return None
         module = llvm.parse_assembly(ir)
         module.verify()
         target = llvm.Target.from_default_triple()

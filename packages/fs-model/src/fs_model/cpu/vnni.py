@@ -12,15 +12,15 @@ the only new error is the activation rounding (≤ sx_g/2 per element). Measured
 +16 %; for 8-bit codes the float kernel already streams at the memory limit and the integer path was not faster
 (while tripling the logit error on the demo model), so 8-bit keeps float activations. Used for group 64 with an
 even number of groups (the planar pairs); prefill keeps float activations (dequantize + BLAS).
-``FS_INT8_ACTIVATIONS=0`` turns it off.
+``FS_INT8_ACTIVATIONS=0`` turns it off (cpu/__init__.py).
 """
 
 import ctypes
-import os
 from typing import Any
 
 import numpy as np
 
+from . import SWITCHES
 from .llvm_ir import ADDRESSES, compile_ir
 
 GROUP = 64
@@ -85,16 +85,11 @@ exit:
 """
 
 
-_fns: dict[str, Any] | None = (
-    None
-    if os.environ.get("FS_INT8_ACTIVATIONS", "") == "0"
-    else compile_ir(
-        _IR, ("avx512f", "avx512bw", "avx512vnni"), {"row_q4": ctypes.CFUNCTYPE(ctypes.c_float, *[ADDRESSES] * 5)}
-    )
+_fns = compile_ir(
+    _IR, ("avx512f", "avx512bw", "avx512vnni"), {"row_q4": ctypes.CFUNCTYPE(ctypes.c_float, *[ADDRESSES] * 5)}
 )
 _row_q4: Any = (_fns or {}).get("row_q4")
-AVAILABLE = _row_q4 is not None
-ENABLED = AVAILABLE  # tests switch it off to check the float kernels on shapes the integer path would take
+AVAILABLE = _row_q4 is not None  # this CPU and install can run it; SWITCHES.int8_activations says whether it may
 
 if AVAILABLE:
     from numba import njit, prange
@@ -139,7 +134,7 @@ if AVAILABLE:
 
 def applies(bits: int, group: int, in_features: int) -> bool:
     """The integer path covers 4-bit codes, group 64, an even number of groups (the planar pairs)."""
-    return ENABLED and bits == 4 and group == GROUP and in_features % (2 * GROUP) == 0
+    return AVAILABLE and SWITCHES.int8_activations and bits == 4 and group == GROUP and in_features % (2 * GROUP) == 0
 
 
 def quantize_rows(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

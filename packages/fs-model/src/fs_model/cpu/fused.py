@@ -5,17 +5,13 @@ per-head q/k norm and RoPE, grouped-query attention over the cache, softmax) is 
 per layer, each a few microseconds of dispatch for a few kilobytes of data: ~15 % of a 0.6B decode step
 (docs/performance.md). These kernels do the same arithmetic in one pass each, in float32, and are tested against
 the readable numpy path (norm.py, rope.py, attention.py), which stays the reference and runs whenever numba is
-absent, ``FS_REFERENCE_PATH=1`` is set, a step has more than one token, or the weights are float32 (see
-Attention.fused).
+absent, ``FS_REFERENCE_PATH=1`` is set, a step has more than one token, or the weights are float32
+(decode_step.py decides, once, when the model is built).
 """
-
-import os
 
 import numpy as np
 
-from .kernels import HAVE_NUMBA
-
-ENABLED = HAVE_NUMBA and os.environ.get("FS_REFERENCE_PATH", "") in ("", "0")
+from . import HAVE_NUMBA
 
 if HAVE_NUMBA:
     from numba import njit, prange, types
@@ -133,28 +129,13 @@ def norm_rope(x: np.ndarray, w: np.ndarray, eps: float, cos: np.ndarray, sin: np
     return out
 
 
-def attend(q: np.ndarray, K: np.ndarray, V: np.ndarray, scale: np.float32, pad: np.ndarray | None) -> np.ndarray:
-    """q [B, nh, D], K/V [B, nkv, T, D] -> [B, nh, D]. A dense cache hands out views ``buf[:, :, :T]`` of a
-    contiguous buffer; the kernel reads the buffer itself (numba compiles a strided view into scalar code, 4.5×
-    slower here), never a copy of the history."""
-    B, T = q.shape[0], K.shape[2]
+def attend(
+    q: np.ndarray, K: np.ndarray, V: np.ndarray, T: int, scale: np.float32, pad: np.ndarray | None
+) -> np.ndarray:
+    """q [B, nh, D] over the first T positions of K/V [B, nkv, >=T, D] -> [B, nh, D]. K and V are read in place:
+    pass a cache's own buffers (``DenseKVCache.update_and_fetch_buffers``), not a strided view of them."""
+    B = q.shape[0]
     pads = np.zeros(B, np.int64) if pad is None else np.asarray(pad, np.int64).reshape(B)
     out = np.empty_like(q)
-    _attend(q, _contiguous_base(K), _contiguous_base(V), T, scale, pads, out)
+    _attend(q, np.ascontiguousarray(K), np.ascontiguousarray(V), T, scale, pads, out)
     return out
-
-
-def _contiguous_base(a: np.ndarray) -> np.ndarray:
-    """``a`` itself if C-contiguous, else the C-contiguous buffer it is the leading slice ``[:, :, :T]`` of."""
-    if a.flags.c_contiguous:
-        return a
-    b = a.base
-    if (
-        isinstance(b, np.ndarray)
-        and b.flags.c_contiguous
-        and b.dtype == a.dtype
-        and b.strides == a.strides
-        and b.__array_interface__["data"][0] == a.__array_interface__["data"][0]
-    ):
-        return b
-    return np.ascontiguousarray(a)

@@ -8,15 +8,16 @@ widens each matrix to float32 and runs sgemm at ~200 GFLOP/s on this machine's t
 Contract: ``y = bf16(x) · wᵀ`` with float32 accumulation — the prompt's activations are rounded to bf16 (round to
 nearest even) at each product, as mlx-lm's bf16 models and llama.cpp's BF16 path compute; decode steps (≤ 8 rows)
 keep float32 activations (kernels.py). Needs n % 4 == 0 and k % 32 == 0 (every Qwen3 matrix); otherwise, or on a
-CPU without avx512_bf16, the widen-and-BLAS path runs. ``FS_BF16_GEMM=0`` turns it off.
+CPU without avx512_bf16, the widen-and-BLAS path runs. ``FS_BF16_GEMM=0`` turns it off (cpu/__init__.py).
 """
 
 import ctypes
-import os
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
+from . import SWITCHES
 from .llvm_ir import ADDRESSES, compile_ir
 
 R = C = 4  # weight rows × prompt rows per tile
@@ -69,13 +70,8 @@ def _tile_ir() -> str:
     return "\n".join([*L, "  ret void", "}"])
 
 
-_fns: dict[str, Any] | None = (
-    None
-    if os.environ.get("FS_BF16_GEMM", "") == "0"
-    else compile_ir(_tile_ir(), ("avx512f", "avx512bf16"), {"tile": ctypes.CFUNCTYPE(None, *[ADDRESSES] * 7)})
-)
-AVAILABLE = _fns is not None
-ENABLED = AVAILABLE  # tests switch it off to check the float32 path on the same shapes
+_fns = compile_ir(_tile_ir(), ("avx512f", "avx512bf16"), {"tile": ctypes.CFUNCTYPE(None, *[ADDRESSES] * 7)})
+AVAILABLE = _fns is not None  # this CPU and install can run it; SWITCHES.bf16_gemm says whether it may
 
 if AVAILABLE:
     from numba import njit, prange
@@ -83,7 +79,7 @@ if AVAILABLE:
     _tile = (_fns or {})["tile"]
 
     @njit(parallel=True, cache=True)
-    def _round_rows(x, out):  # pragma: no cover - compiled
+    def round_rows(x, out):  # pragma: no cover - compiled
         """out = bf16 bits of x, round to nearest even (rows past len(x) stay as allocated: padding)."""
         for r in prange(x.shape[0]):
             u = x[r].view(np.uint32)
@@ -106,10 +102,10 @@ if AVAILABLE:
                 tile(pw + i * sw * 2, sw, px + r * sx * 2, sx, k, po + (r * n + i) * 4, n)
 
 
-def applies(w) -> bool:
+def applies(w: Any) -> bool:
     """bf16 weights (uint16 bits) and 4-bit codes (dequantized to bf16 a chunk at a time) of a tileable shape."""
     n, k = w.shape
-    if not (ENABLED and n % R == 0 and k % 32 == 0):
+    if not (AVAILABLE and SWITCHES.bf16_gemm and n % R == 0 and k % 32 == 0):
         return False
     if isinstance(w, np.ndarray):
         return w.dtype == np.uint16 and w.strides[1] == 2
@@ -120,7 +116,7 @@ def prepare(x: np.ndarray) -> np.ndarray:
     """The prompt rows as bf16 bits, padded with zero rows to a multiple of 4."""
     m, k = x.shape
     xb = np.zeros((-(-m // C) * C, k), np.uint16)
-    _round_rows(np.ascontiguousarray(x, dtype=np.float32), xb)
+    round_rows(np.ascontiguousarray(x, dtype=np.float32), xb)
     return xb
 
 
@@ -132,7 +128,7 @@ def matmul(x: np.ndarray, w: np.ndarray) -> np.ndarray:
     return out[: x.shape[0]]
 
 
-def blocked(x: np.ndarray, n: int, k: int, fill, rows: int = 4096) -> np.ndarray:
+def blocked(x: np.ndarray, n: int, k: int, fill: Callable[[int, np.ndarray], None], rows: int = 4096) -> np.ndarray:
     """The same product for weights that ``fill(a, buf)`` expands into bf16 bits, ``rows`` at a time."""
     xb = prepare(x)
     out = np.empty((xb.shape[0], n), np.float32)

@@ -7,24 +7,18 @@ uint8 byte order: the packed tensor *viewed as uint8* is the code matrix, with n
 a *planar* layout instead: for each pair of groups (2G weights in G bytes) byte j holds weight j in its low
 nibble and weight G+j in its high nibble (an odd last group: weight j and G/2+j), so both nibble planes are
 contiguous vectors (measured 1.7× faster, docs/performance.md). ``quantize_affine`` makes the same formats from
-float weights (``quantize="int8"|"int4"``).
+float weights (``quantize="int8"|"int4"``). ``AffineLinear`` is the layer that multiplies them.
 """
 
 from dataclasses import dataclass
 
 import numpy as np
 
-from fs_weights import dequantize, quantize
+from fs_weights import bf16_to_f32, dequantize, quantize
 
-from . import bf16_gemm, vnni
-from .kernels import SMALL, blocked_matmul, scratch, widen
-
-try:
-    from numba import njit, prange
-
-    HAVE_NUMBA = True
-except ImportError:  # pragma: no cover - depends on the environment
-    HAVE_NUMBA = False
+from ..numpy.linear import Linear
+from . import HAVE_NUMBA, bf16_gemm, vnni
+from .blas import SMALL, blocked_matmul, scratch
 
 
 def _planar(e: np.ndarray, G: int) -> np.ndarray:
@@ -103,13 +97,15 @@ def quantize_affine(w: np.ndarray, bits: int = 8, group: int = 64) -> AffineWeig
     chunks = []
     for a in range(0, w.shape[0], 4096):
         part = w[a : a + 4096]
-        part = widen(part) if part.dtype == np.uint16 else np.asarray(part, np.float32)
+        part = bf16_to_f32(part) if part.dtype == np.uint16 else np.asarray(part, np.float32)
         chunks.append(quantize(part, bits=bits, group_size=group))
     packed, scales, biases = (np.concatenate(c) for c in zip(*chunks, strict=True))
     return from_mlx(packed, scales, biases, bits, group)
 
 
 if HAVE_NUMBA:
+    from numba import njit, prange
+
     # Small helpers so LLVM sees one simple loop each (it vectorises them; inlined into the kernels, the same loops
     # written in place measured 1.3-1.8× slower). Codes go through int32 on the way to float32: LLVM vectorises
     # that conversion, not uint8 -> float32.
@@ -179,7 +175,7 @@ if HAVE_NUMBA:
 
     @njit(fastmath=True, cache=True)
     def _dequant_rows(q, scales, biases, G, bits, a, out):  # pragma: no cover - compiled
-        """out[i] = float32 weights of row a + i; serial on purpose (kernels.py's docstring says why)."""
+        """out[i] = float32 weights of row a + i; serial on purpose (blas.py says why)."""
         ng = scales.shape[1]
         for i in range(out.shape[0]):
             row, sc, bi, o = q[a + i], scales[a + i], biases[a + i], out[i]
@@ -203,35 +199,51 @@ if HAVE_NUMBA:
                     o[g * G + H + j] = sc[g] * np.float32(np.int32(t >> np.uint8(4))) + bi[g]
 
 
-def linear_affine(x: np.ndarray, w: AffineWeight) -> np.ndarray:
-    """``x @ wᵀ`` for x [..., in]: one kernel pass over the codes for decode-sized inputs (integer dot products
-    with int8 activations where vnni.py applies, float otherwise), dequantize-then-BLAS in cache-sized chunks for
-    prefill; without numba, the reference dequantizer and BLAS."""
-    rows = np.ascontiguousarray(x.reshape(-1, x.shape[-1]), dtype=np.float32)
-    n, k = w.shape
-    if not HAVE_NUMBA:
-        y = rows @ w.dequantize().T
-    elif rows.shape[0] <= SMALL and vnni.applies(w.bits, w.group_size, k):
-        y = vnni.rows(w, rows)
-    elif rows.shape[0] <= SMALL:
-        y = np.empty((rows.shape[0], n), np.float32)
-        xsum = rows.reshape(rows.shape[0], -1, w.group_size).sum(axis=2, dtype=np.float32)
-        (_rows_q8 if w.bits == 8 else _rows_q4)(w.codes, w.scales, w.biases, rows, xsum, w.group_size, y)
-    elif bf16_gemm.applies(w):  # 4-bit prefill: dequantized to bf16, multiplied on the bf16 GEMM
+class AffineLinear(Linear):
+    """``x @ Wᵀ`` for an ``AffineWeight``. Decode-sized inputs (≤ SMALL rows) take one kernel pass over the codes
+    (integer dot products with int8 activations where vnni.py applies, float activations otherwise); prefill
+    dequantizes in cache-sized chunks (to bf16 for the bf16 GEMM with 4-bit codes, else to float32 for BLAS);
+    without numba, the reference dequantizer and BLAS."""
+
+    def __init__(self, w: AffineWeight):
+        self.w = w
+        self.shape = w.shape
+        k = w.shape[1]
+        # decided once: the CPU, the switches and the shape do not change
+        self.integer_decode = vnni.applies(w.bits, w.group_size, k)
+        self.gemm = bf16_gemm.applies(w)
+
+    def matmul(self, rows: np.ndarray) -> np.ndarray:
+        w = self.w
+        rows = np.ascontiguousarray(rows, dtype=np.float32)
+        n, k = w.shape
         G = w.group_size
+        if not HAVE_NUMBA:
+            return rows @ w.dequantize().T
+        if rows.shape[0] <= SMALL and self.integer_decode:
+            return vnni.rows(w, rows)
+        if rows.shape[0] <= SMALL:
+            y = np.empty((rows.shape[0], n), np.float32)
+            xsum = rows.reshape(rows.shape[0], -1, G).sum(axis=2, dtype=np.float32)
+            (_rows_q8 if w.bits == 8 else _rows_q4)(w.codes, w.scales, w.biases, rows, xsum, G, y)
+            return y
+        if self.gemm:  # 4-bit prefill: dequantized to bf16, multiplied on the bf16 GEMM
 
-        def fill(a: int, buf: np.ndarray) -> None:
-            f32 = scratch(buf.shape[0], k)
-            _dequant_rows(w.codes, w.scales, w.biases, G, w.bits, a, f32)
-            bf16_gemm._round_rows(f32, buf)
+            def fill_bf16(a: int, buf: np.ndarray) -> None:
+                f32 = scratch(buf.shape[0], k)
+                _dequant_rows(w.codes, w.scales, w.biases, G, w.bits, a, f32)
+                bf16_gemm.round_rows(f32, buf)
 
-        y = bf16_gemm.blocked(rows, n, k, fill)
-    else:
-        y = blocked_matmul(
-            rows, n, k, lambda a, buf: _dequant_rows(w.codes, w.scales, w.biases, w.group_size, w.bits, a, buf)
-        )
-    return y.reshape(*x.shape[:-1], n)
+            return bf16_gemm.blocked(rows, n, k, fill_bf16)
+        return blocked_matmul(rows, n, k, lambda a, buf: _dequant_rows(w.codes, w.scales, w.biases, G, w.bits, a, buf))
 
+    def rows(self, ids: np.ndarray) -> np.ndarray:
+        return self.w.rows(ids)
 
-def matvec_affine(w: AffineWeight, x: np.ndarray) -> np.ndarray:
-    return linear_affine(x[None], w)[0]
+    @property
+    def uses_numba_threads(self) -> bool:
+        return self.gemm
+
+    @property
+    def nbytes(self) -> int:
+        return self.w.nbytes

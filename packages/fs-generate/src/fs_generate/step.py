@@ -1,0 +1,91 @@
+"""The decode step everything in fs decodes with: feed tokens, choose one, feed it, repeat.
+
+``generate_step(model, prompt_ids, caches, sampler)`` (mlx-lm's shape) prefills ``prompt_ids`` at ``offset`` in
+chunks, then yields ``(token, logprob)`` for each new token, feeding that token on the next ``next()`` - so a
+caller that stops after a token pays no extra forward pass. ``fs_generate.generate``, ``generate_batch`` and the
+fs-agent's decoding all go through ``prefill`` / ``generate_step``; stop rules are the caller's.
+
+The model is anything with the tiny-llm Week-4 call ``model(tokens [B, S], offset, caches, logits_to_keep=1)``.
+A model without ``tokens_array`` is handed tokens of the array type its caches or logits use (an MLX toy model
+gets ``mx.array``), numpy int64 until one is seen.
+"""
+
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import numpy as np
+
+from fs_kvcache import is_mlx, to_numpy
+
+from .sampling import logprob
+
+PREFILL_CHUNK = 512  # prompt tokens per forward pass: bounds the activations of a long prompt
+
+Sampler = Callable[[np.ndarray], int]  # float32 logits [V] -> token id
+
+
+def greedy(logits: np.ndarray) -> int:
+    return int(np.argmax(logits))
+
+
+def tokens_for(model: Any, rows: list[list[int]], like: Any = None) -> Any:
+    """``rows`` as the [B, S] token array ``model`` takes: its own ``tokens_array``, else the array type of
+    ``like`` (a cache's keys or the last logits), else numpy int64."""
+    make = getattr(model, "tokens_array", None)
+    if make is not None:
+        return make(rows)
+    if like is not None and is_mlx(like):
+        import mlx.core as mx
+
+        return mx.array(rows, dtype=mx.int32)
+    return np.asarray(rows, dtype=np.int64)
+
+
+def last_logits(out: Any) -> np.ndarray:
+    """The model's output [B, S', V] -> float32 numpy [B, V] at the last position."""
+    return np.asarray(to_numpy(out[:, -1]), dtype=np.float32)
+
+
+def _cache_array(caches: Sequence[Any] | None) -> Any:
+    kv = getattr(caches[0], "key_values", None) if caches else None
+    return kv[0] if kv is not None else None
+
+
+def prefill(
+    model: Any, ids: Sequence[int], caches: Sequence[Any] | None, offset: int = 0, chunk: int = PREFILL_CHUNK
+) -> tuple[np.ndarray, int]:
+    """Feed ``ids`` at ``offset`` (``chunk`` tokens per pass; all at once without caches) -> (last logits [V],
+    forward passes). Needs at least one id."""
+    ids = list(ids)
+    like, passes, out = _cache_array(caches), 0, None
+    step = chunk if caches is not None else max(1, len(ids))
+    for at in range(0, len(ids), step):
+        out = model(tokens_for(model, [ids[at : at + step]], like), offset + at, caches, logits_to_keep=1)
+        like, passes = out, passes + 1
+    assert out is not None, "prefill needs at least one token"
+    return last_logits(out)[0], passes
+
+
+def generate_step(
+    model: Any,
+    prompt_ids: Sequence[int],
+    caches: Sequence[Any] | None,
+    sampler: Sampler = greedy,
+    *,
+    offset: int = 0,
+    chunk: int = PREFILL_CHUNK,
+) -> Iterator[tuple[int, float]]:
+    """Yield ``(token, logprob)`` forever (the caller stops it). With ``caches=None`` every step recomputes the
+    whole sequence from position 0 (the uncached oracle); ``offset`` must then be 0."""
+    seq = list(prompt_ids)
+    logits, _ = prefill(model, seq, caches, offset, chunk)
+    at = offset + len(seq)
+    while True:
+        token = sampler(logits)
+        yield token, logprob(logits, token)
+        seq.append(token)
+        if caches is not None:
+            out = model(tokens_for(model, [[token]], _cache_array(caches)), at, caches, logits_to_keep=1)
+        else:
+            out = model(tokens_for(model, [seq]), 0, None, logits_to_keep=1)
+        logits, at = last_logits(out)[0], at + 1

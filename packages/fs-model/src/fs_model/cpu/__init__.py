@@ -1,0 +1,70 @@
+"""The CPU kernels of the numpy backend, and every decision about which of them may run, made here once.
+
+What this install and this CPU can do is found out at import: whether numba is installed (``fs-model[fast]``)
+and which instruction-set features the host reports (through llvmlite, which numba depends on). The ``FS_*``
+environment switches are read here and nowhere else; ``SWITCHES`` holds them (tests flip its fields).
+
+| switch | default | effect |
+|---|---|---|
+| ``FS_NUM_THREADS=N`` | every usable core | caps numba's kernel threads |
+| ``FS_BF16_GEMM=0`` | on where the CPU has AVX512-BF16 | prefill with bf16 weights widens to float32 and uses BLAS |
+| ``FS_INT8_ACTIVATIONS=0`` | on where the CPU has AVX-512 VNNI | 4-bit decode keeps float activations |
+| ``FS_REFERENCE_PATH=1`` | off | decode steps use the numpy glue instead of the fused kernels |
+
+One module per kernel family: ``bf16`` (bf16 weights as uint16 bits), ``affine`` (MLX-style 4/8-bit codes),
+``bf16_gemm`` and ``vnni`` (hand-written LLVM IR, ``llvm_ir``), ``fused`` (the decode step's glue), ``blas``
+(BLAS-side helpers: scratch buffers, one OpenBLAS thread).
+"""
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+try:
+    import numba
+
+    HAVE_NUMBA = True
+except ImportError:  # pragma: no cover - depends on the environment
+    HAVE_NUMBA = False
+
+
+def _host_features() -> frozenset[str]:
+    if not HAVE_NUMBA:
+        return frozenset()
+    try:
+        import llvmlite.binding as llvm
+
+        llvm.initialize_native_target()
+        llvm.initialize_native_asmprinter()
+        return frozenset(name for name, on in llvm.get_host_cpu_features().items() if on)
+    except Exception:  # pragma: no cover - an llvmlite without these APIs: the numba kernels still work
+        return frozenset()
+
+
+FEATURES = _host_features()  # e.g. {"avx512f", "avx512bf16", "avx512vnni", ...}
+
+
+@dataclass
+class Switches:
+    bf16_gemm: bool = True
+    int8_activations: bool = True
+    fused_decode: bool = True
+    num_threads: int | None = None
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> "Switches":
+        threads = env.get("FS_NUM_THREADS", "")
+        return cls(
+            bf16_gemm=env.get("FS_BF16_GEMM", "") != "0",
+            int8_activations=env.get("FS_INT8_ACTIVATIONS", "") != "0",
+            fused_decode=env.get("FS_REFERENCE_PATH", "") in ("", "0"),
+            num_threads=int(threads) if threads.isdigit() and int(threads) > 0 else None,
+        )
+
+
+SWITCHES = Switches.from_env(os.environ)
+
+if HAVE_NUMBA and SWITCHES.num_threads is not None:
+    numba.set_num_threads(min(SWITCHES.num_threads, numba.config.NUMBA_NUM_THREADS))  # type: ignore[attr-defined]
+
+__all__ = ["FEATURES", "HAVE_NUMBA", "SWITCHES", "Switches"]

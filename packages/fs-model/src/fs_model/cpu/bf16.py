@@ -1,0 +1,87 @@
+"""bf16 weights kept as their uint16 bit patterns, and the layer that multiplies them.
+
+Batch-1 decode reads every weight once per token, so its speed is weight bytes ÷ memory bandwidth: keeping bf16
+weights at 2 bytes instead of float32 copies at 4 halves the bytes. The numba row kernel widens each bf16 row to
+float32 in a small per-thread buffer and multiplies it with every input row (parallel over row blocks). Prefill
+takes the bf16 GEMM (bf16_gemm.py) where the CPU has AVX512-BF16, else widen-then-BLAS (blas.py); without numba
+the same result comes from widening the whole matrix with numpy (correct, not fast).
+"""
+
+import numpy as np
+
+from fs_weights import bf16_to_f32
+
+from ..numpy.linear import Linear
+from . import HAVE_NUMBA, bf16_gemm
+from .blas import SMALL, blocked_matmul
+
+if HAVE_NUMBA:
+    from numba import njit, prange
+
+    @njit(parallel=True, fastmath=True, cache=True)
+    def _rows_bf16(w: np.ndarray, X: np.ndarray, out: np.ndarray) -> None:  # pragma: no cover - compiled
+        """out[r, i] = X[r] · widen(w[i]) for a few rows r: every weight row is read (and widened) once."""
+        n, k = w.shape
+        m = X.shape[0]
+        for b in prange((n + 15) // 16):
+            u = np.empty(k, np.uint32)
+            f = u.view(np.float32)
+            for i in range(b * 16, min(n, b * 16 + 16)):
+                for j in range(k):
+                    u[j] = np.uint32(w[i, j]) << np.uint32(16)
+                for r in range(m):
+                    acc = np.float32(0.0)
+                    for j in range(k):
+                        acc += f[j] * X[r, j]
+                    out[r, i] = acc
+
+    @njit(fastmath=True, cache=True)
+    def _widen_rows(w: np.ndarray, a: int, out: np.ndarray) -> None:  # pragma: no cover - compiled
+        """out[i] = widen(w[a + i]) as uint32 bit patterns; serial on purpose (blas.py says why)."""
+        for i in range(out.shape[0]):
+            row, o = w[a + i], out[i]
+            for j in range(row.shape[0]):
+                o[j] = np.uint32(row[j]) << np.uint32(16)
+
+
+def rows_kernel(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """``x [m, in] @ widen(w)ᵀ`` for a few rows with numba, reading and widening every bf16 weight once."""
+    out = np.empty((x.shape[0], w.shape[0]), np.float32)
+    _rows_bf16(w, np.ascontiguousarray(x, dtype=np.float32), out)
+    return out
+
+
+class Bf16Linear(Linear):
+    """``x @ Wᵀ`` for W [out, in] held as bf16 bits (uint16): a read-only mmap of a BF16 tensor needs no copy.
+
+    Decode-sized inputs (≤ SMALL rows: a batch's single-token rows) take one kernel pass over the weights with
+    float32 activations; prefill rounds the activations to bf16 on the bf16 GEMM where it applies."""
+
+    def __init__(self, w: np.ndarray):
+        if w.dtype != np.uint16 or w.ndim != 2:
+            raise ValueError(f"Bf16Linear needs a 2-D uint16 array of bf16 bits, got {w.dtype} {w.shape}")
+        self.w = w
+        self.shape = w.shape
+        self.gemm = bf16_gemm.applies(w)  # decided once: the CPU, the switch and the shape do not change
+
+    def matmul(self, rows: np.ndarray) -> np.ndarray:
+        if not HAVE_NUMBA:
+            return rows @ bf16_to_f32(self.w).T
+        if rows.shape[0] <= SMALL:
+            return rows_kernel(rows, self.w)
+        if self.gemm:
+            return bf16_gemm.matmul(rows, self.w)
+        n, k = self.w.shape
+        return blocked_matmul(rows, n, k, lambda a, buf: _widen_rows(self.w, a, buf.view(np.uint32)))
+
+    def rows(self, ids: np.ndarray) -> np.ndarray:
+        return bf16_to_f32(self.w[ids])
+
+    @property
+    def uses_numba_threads(self) -> bool:
+        """True when a prefill through this layer runs on numba's pool (BLAS must keep off the cores)."""
+        return self.gemm
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.w.nbytes)

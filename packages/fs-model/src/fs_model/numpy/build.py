@@ -1,0 +1,110 @@
+"""Build the numpy backend from a checkpoint: each matrix becomes the linear layer for its format, once.
+
+This is where the CPU path's decisions are made, in order:
+1. the format each matrix is kept in (``dtype`` / ``quantize``): float32 copies, bf16 bits, or affine codes;
+2. its layer: ``DenseLinear`` (BLAS), ``Bf16Linear`` or ``AffineLinear`` (fs_model.cpu kernels);
+3. whether decode steps run the fused glue (``FusedAttention`` / ``FusedBlock``) or the reference classes;
+4. whether a prefill keeps OpenBLAS to one thread (when the matrices run on numba's pool).
+"""
+
+import contextlib
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from fs_weights import Checkpoint, Qwen3Config, f32_to_bf16
+
+from ..cpu.affine import AffineLinear, AffineWeight, from_mlx, quantize_affine
+from ..cpu.bf16 import Bf16Linear
+from ..cpu.blas import SMALL, one_blas_thread
+from ..cpu.decode_step import FusedAttention, FusedBlock, fused_decode_applies
+from ..errors import ModelError
+from .attention import Attention
+from .block import Block
+from .linear import DenseLinear, Linear
+from .model import NumpyModel
+
+DTYPES = ("float32", "bfloat16", "native")
+QUANTIZE = ("int8", "int4")
+
+
+def from_checkpoint(
+    config: Qwen3Config,
+    ckpt: Checkpoint,
+    path: str,
+    *,
+    dtype: str | None = None,
+    quantize: str | None = None,
+    kv_dtype: str | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> NumpyModel:
+    """See ``fs_model.load_model`` for what ``dtype``, ``quantize`` and ``kv_dtype`` mean on this backend."""
+    if dtype not in (None, *DTYPES):
+        raise ModelError(f"numpy backend weights: dtype must be float32, bfloat16 or native, not {dtype!r}")
+    if quantize not in (None, *QUANTIZE):
+        raise ModelError(f"quantize must be int8 or int4, not {quantize!r}")
+    if kv_dtype is None:  # as mlx-lm's caches follow the model's dtype
+        kv_dtype = "float32" if dtype in (None, "float32") and quantize is None else "bfloat16"
+    names = [n for n in ckpt.names() if not n.endswith((".scales", ".biases"))]
+    weights: dict[str, Any] = {}
+    for i, n in enumerate(names, 1):
+        weights[n] = _layer(ckpt, n, dtype, quantize)
+        if progress is not None:
+            progress(i, len(names))
+    gate: Linear = weights["model.layers.0.mlp.gate_proj.weight"]
+    fused = fused_decode_applies(gate)
+    on_numba_threads = bool(getattr(gate, "uses_numba_threads", False))
+
+    def context(S: int) -> contextlib.AbstractContextManager[Any]:
+        # a prefill on the bf16 GEMM runs on numba's threads: OpenBLAS's must keep off the cores meanwhile
+        return one_blas_thread() if S > SMALL and on_numba_threads else contextlib.nullcontext()
+
+    return NumpyModel(
+        config,
+        weights,
+        path,
+        kv_dtype=kv_dtype,
+        attention=FusedAttention if fused else Attention,
+        block=FusedBlock if fused else Block,
+        context=context,
+    )
+
+
+def _layer(ckpt: Checkpoint, name: str, dtype: str | None, quantize: str | None) -> Any:
+    if len(ckpt.info(name).shape) != 2:  # norms: tiny, always float32
+        return _float32(ckpt, name)
+    w = _kept(ckpt, name, dtype, quantize)
+    if not np.may_share_memory(getattr(w, "codes", w), ckpt.raw(name)):
+        ckpt.release(name)  # a converted copy is kept: the stored pages need not stay resident (peak RSS)
+    if isinstance(w, AffineWeight):
+        return AffineLinear(w)
+    return Bf16Linear(w) if w.dtype == np.uint16 else DenseLinear(w)
+
+
+def _kept(ckpt: Checkpoint, name: str, dtype: str | None, quantize: str | None) -> Any:
+    """The matrix in the format it is kept in: AffineWeight codes, bf16 bits (uint16) or float32."""
+    if ckpt.is_quantized(name) and (dtype == "native" or quantize is not None):
+        bits, group = ckpt.quant_params(name)
+        base = name.removesuffix(".weight")
+        if bits in (4, 8):
+            return from_mlx(ckpt.raw(name), ckpt.get(base + ".scales"), ckpt.get(base + ".biases"), bits, group)
+    if quantize is not None:
+        stored = ckpt.raw(name) if ckpt.info(name).dtype in ("BF16", "F32") and not ckpt.is_quantized(name) else None
+        w = stored if stored is not None else ckpt.get(name, np.float32, dequantize=True)
+        return quantize_affine(w, bits=8 if quantize == "int8" else 4)
+    if dtype == "bfloat16" or (dtype == "native" and ckpt.info(name).dtype == "BF16"):
+        return _bf16(ckpt, name)
+    return _float32(ckpt, name)
+
+
+def _bf16(ckpt: Checkpoint, name: str) -> np.ndarray:
+    """Matrices as bf16 bit patterns: a BF16 tensor is the read-only mmap view itself (no copy, 2 bytes/param)."""
+    if ckpt.info(name).dtype == "BF16":
+        return ckpt.raw(name)
+    return f32_to_bf16(ckpt.get(name, np.float32, dequantize=True))
+
+
+def _float32(ckpt: Checkpoint, name: str) -> np.ndarray:
+    """Weights as contiguous float32 in memory (quantized ones dequantized once, at load)."""
+    return np.ascontiguousarray(ckpt.get(name, np.float32, dequantize=True))
