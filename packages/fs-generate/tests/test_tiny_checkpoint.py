@@ -103,3 +103,18 @@ def test_the_readme_main_job_model(tmp_path):
     assert len(set(g.token_ids)) > 15 and max(g.token_ids.count(t) for t in g.token_ids) < 10
     ids = tok.apply_chat_template([{"role": "user", "content": "hi"}], add_generation_prompt=True, tokenize=True)
     assert tok.decode(ids) == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+
+
+def test_the_shipped_byte_tokenizer_files_use_fs_tokenizers_tables():
+    """fs-weights ships the byte tokenizer as data; its byte table and split pattern are fs-tokenizer's."""
+    import json
+
+    from fs_tokenizer.bytelevel import BYTE_TO_CHAR
+    from fs_tokenizer.pipeline import QWEN2_PATTERN
+    from fs_weights.byte_tokenizer import FILES, SPECIALS, VOCAB_SIZE
+
+    spec = json.loads((FILES / "tokenizer.json").read_text(encoding="utf-8"))
+    assert spec["model"]["vocab"] == {c: b for b, c in BYTE_TO_CHAR.items()}
+    assert spec["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] == QWEN2_PATTERN
+    assert [t["content"] for t in spec["added_tokens"]] == SPECIALS
+    assert len(spec["model"]["vocab"]) + len(spec["added_tokens"]) == VOCAB_SIZE

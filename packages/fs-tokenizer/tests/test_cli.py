@@ -32,3 +32,13 @@ def test_errors_exit_2_without_traceback(tmp_path, qwen3_dir, capsys):
     assert main(["chat", "--model", str(qwen3_dir), str(tmp_path / "m.json")]) == 2
     assert "no 'role'" in capsys.readouterr().err
     assert main(["encode", "--model", str(tmp_path), "x"]) == 2
+
+
+def test_a_closed_pipe_ends_quietly_with_0(qwen3_dir, monkeypatch, capsys):
+    """`fs-tokenizer encode ... | head -c1`: BrokenPipeError is an OSError, and must not become 'error', exit 2."""
+
+    def closed(*args, **kwargs):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr("builtins.print", closed)
+    assert main(["encode", "--model", str(qwen3_dir), "hi"]) == 0

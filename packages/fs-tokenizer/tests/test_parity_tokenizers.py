@@ -14,6 +14,14 @@ def test_corpus_ids_match(qwen3, hf_qwen3, text):
     assert qwen3.encode(text) == hf_qwen3.encode(text, add_special_tokens=False).ids
 
 
+@pytest.mark.parametrize("text", CORPUS[:20])
+def test_add_special_tokens_changes_nothing_as_in_hf(qwen3, hf_qwen3, text):
+    """Qwen's post-processor adds no BOS/EOS: HF gives the same ids either way, and so does fs."""
+    want = hf_qwen3.encode(text, add_special_tokens=True).ids
+    assert want == hf_qwen3.encode(text, add_special_tokens=False).ids
+    assert qwen3.encode(text, add_special_tokens=True) == qwen3.encode(text, add_special_tokens=False) == want
+
+
 def test_every_added_token_inline_and_adjacent(qwen3, hf_qwen3):
     for tok in [t.content for t in qwen3.added_tokens]:
         for text in (tok, f"a{tok}b", f" {tok} ", f"{tok}{tok}", f"\n{tok}\n", f"word{tok}123", f"中{tok}文"):

@@ -18,13 +18,11 @@ def bytes_to_unicode() -> dict[int, str]:
 
 BYTE_TO_CHAR = bytes_to_unicode()
 CHAR_TO_BYTE = {c: b for b, c in BYTE_TO_CHAR.items()}
-# str.translate table for text already decoded as latin-1 (one char per byte)
-LATIN1_TO_BYTELEVEL = {b: c for b, c in BYTE_TO_CHAR.items()}
 
 
 def to_bytelevel(piece: str) -> str:
     """UTF-8 bytes of ``piece`` as byte-level characters."""
-    return piece.encode("utf-8").decode("latin-1").translate(LATIN1_TO_BYTELEVEL)
+    return piece.encode("utf-8").decode("latin-1").translate(BYTE_TO_CHAR)  # latin-1: one char per byte
 
 
 def token_bytes(token: str) -> bytes:

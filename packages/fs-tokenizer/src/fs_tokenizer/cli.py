@@ -61,11 +61,11 @@ def main(argv: list[str] | None = None) -> int:
             )
             print(json.dumps(out) if args.json or args.ids else out, end="" if not (args.json or args.ids) else "\n")
         return 0
+    except BrokenPipeError:  # a subclass of OSError: caught first, so `| head` ends quietly with 0
+        return 0
     except (TokenizerError, OSError) as err:
         print(f"fs-tokenizer: error: {err}", file=sys.stderr)
         return 2
-    except BrokenPipeError:
-        return 0
 
 
 if __name__ == "__main__":

@@ -13,12 +13,10 @@ class StreamDecoder:
     def __init__(self, to_bytes: Callable[[int], bytes]):
         self._to_bytes = to_bytes
         self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        self.token_ids: list[int] = []
 
     def push(self, token_id: int) -> str:
         """Feed one token; return the text that became complete (possibly "")."""
         data = self._to_bytes(token_id)
-        self.token_ids.append(token_id)
         return self._utf8.decode(data)
 
     def flush(self) -> str:

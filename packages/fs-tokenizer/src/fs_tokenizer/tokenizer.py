@@ -102,7 +102,9 @@ class Tokenizer:
     # --- encode ---------------------------------------------------------------------------------------------
 
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
-        """IDs for ``text`` exactly as HF ``tokenizers`` gives them; Qwen adds no BOS/EOS either way."""
+        """IDs for ``text`` exactly as HF ``tokenizers`` gives them. ``add_special_tokens`` is accepted for HF's
+        signature and has no effect, as in HF for these tokenizers: Qwen2/3's post-processor is ByteLevel, which
+        adds no BOS/EOS, so True and False give the same ids (test_parity_tokenizers.py checks both)."""
         if not isinstance(text, str):
             raise TokenizerError(f"encode expects str, got {type(text).__name__}")
         ids: list[int] = []

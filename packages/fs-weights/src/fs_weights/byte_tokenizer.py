@@ -3,11 +3,16 @@
 256 byte tokens (GPT-2's byte-to-character table, no merges) followed by Qwen3's special tokens, Qwen3's
 normalizer and pre-tokenizer, and a ChatML template: every tool that reads a Qwen3 directory (fs, HF
 tokenizers, transformers, mlx-lm) loads it, and every byte string round-trips. Only the IDs differ from Qwen3's.
+
+The two files are data shipped beside this module (``byte_tokenizer_files/``), not generated here: the byte
+table and the split pattern are fs-tokenizer's to compute (``fs_tokenizer.bytelevel``, ``pipeline``), and the
+tests check these files against fs-tokenizer and HF tokenizers.
 """
 
-import json
+import shutil
 from pathlib import Path
 
+FILES = Path(__file__).parent / "byte_tokenizer_files"
 SPECIALS = [
     "<|endoftext|>",
     "<|im_start|>",
@@ -21,87 +26,9 @@ SPECIALS = [
 ]
 VOCAB_SIZE = 256 + len(SPECIALS)
 ENDOFTEXT, IM_END = 256, 258
-QWEN3_PATTERN = (
-    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|"
-    r"\s+(?!\S)|\s+"
-)
-CHATML = (
-    "{%- for message in messages %}{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + "
-    "'<|im_end|>' + '\\n' }}{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}"
-    "{%- if enable_thinking is defined and enable_thinking is false %}{{- '<think>\\n\\n</think>\\n\\n' }}"
-    "{%- endif %}{%- endif %}"
-)
-
-
-def _byte_chars() -> list[str]:
-    keep = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
-    chars, extra = [], 0
-    for b in range(256):
-        if b in keep:
-            chars.append(chr(b))
-        else:
-            chars.append(chr(256 + extra))
-            extra += 1
-    return chars
 
 
 def write_byte_tokenizer(dst: Path) -> None:
-    added = [
-        {
-            "id": 256 + i,
-            "content": t,
-            "single_word": False,
-            "lstrip": False,
-            "rstrip": False,
-            "normalized": False,
-            "special": i < 3,
-        }
-        for i, t in enumerate(SPECIALS)
-    ]
-    bytelevel = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}
-    spec: dict[str, object] = {
-        "version": "1.0",
-        "truncation": None,
-        "padding": None,
-        "added_tokens": added,
-        "normalizer": {"type": "NFC"},
-        "pre_tokenizer": {
-            "type": "Sequence",
-            "pretokenizers": [
-                {"type": "Split", "pattern": {"Regex": QWEN3_PATTERN}, "behavior": "Isolated", "invert": False},
-                bytelevel,
-            ],
-        },
-        "post_processor": bytelevel,
-        "decoder": bytelevel,
-        "model": {
-            "type": "BPE",
-            "dropout": None,
-            "unk_token": None,
-            "continuing_subword_prefix": "",
-            "end_of_word_suffix": "",
-            "fuse_unk": False,
-            "byte_fallback": False,
-            "ignore_merges": False,
-            "vocab": {c: i for i, c in enumerate(_byte_chars())},
-            "merges": [],
-        },
-    }
-    config = {
-        "add_prefix_space": False,
-        "bos_token": None,
-        "eos_token": "<|im_end|>",
-        "pad_token": "<|endoftext|>",
-        "unk_token": None,
-        "clean_up_tokenization_spaces": False,
-        "model_max_length": 131072,
-        "tokenizer_class": "Qwen2Tokenizer",
-        "errors": "replace",
-        "split_special_tokens": False,
-        "added_tokens_decoder": {str(a["id"]): {k: v for k, v in a.items() if k != "id"} for a in added},
-        "chat_template": CHATML,
-    }
-    (dst / "tokenizer.json").write_text(json.dumps(spec, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
-    (dst / "tokenizer_config.json").write_text(
-        json.dumps(config, ensure_ascii=False, indent=2) + "\n", encoding="utf-8"
-    )
+    """Copy ``tokenizer.json`` and ``tokenizer_config.json`` into the directory ``dst``."""
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copyfile(FILES / name, dst / name)
