@@ -1,4 +1,4 @@
-"""Day 4: checkpoints of a paused run - the conversation, the model's cached prefix, and an identity digest."""
+"""Checkpoints of a paused run - the conversation, the model's cached prefix, and an identity digest."""
 
 import hashlib
 import json

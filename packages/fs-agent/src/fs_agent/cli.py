@@ -14,7 +14,7 @@ from fs_kvcache import load_prompt_cache, save_prompt_cache
 
 from .branching import KvPrefixGenerator, run_branch, select_branch
 from .checkpoint import load_agent_checkpoint, save_agent_checkpoint
-from .evalpkg import PackageError, grade_package
+from .task_packages import PackageError, grade_package
 from .evaluation import EvaluationCase, FileExpectation, ReceiptExpectation, ResultExpectation
 from .generation import generate_response
 from .loop import AgentEvent, AgentLimits, run_agent, run_to_checkpoint

@@ -1,4 +1,4 @@
-"""Day 5: replace old, receipt-backed tool observations with compact evidence records to save context."""
+"""Replace old, receipt-backed tool observations with compact evidence records to save context."""
 
 import copy
 import json

@@ -1,4 +1,4 @@
-"""Day 7: judge a run by what can be observed - the final answer, file bytes, tool results and receipts."""
+"""Judge a run by what can be observed - the final answer, file bytes, tool results and receipts."""
 
 from dataclasses import dataclass
 from pathlib import PurePosixPath

@@ -1,4 +1,4 @@
-"""Day 9: bounded tool evidence - large results go to content-addressed artifacts, the model sees a preview and
+"""Bounded tool evidence - large results go to content-addressed artifacts, the model sees a preview and
 asks for byte ranges through a virtual path."""
 
 import hashlib

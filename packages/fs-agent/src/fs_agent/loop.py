@@ -1,4 +1,4 @@
-"""Days 1 and 4: the agent loop (validate, execute, observe, repeat), run-to-checkpoint and resume."""
+"""The agent loop (validate, execute, observe, repeat), run-to-checkpoint and resume."""
 
 import json
 from collections.abc import Callable

@@ -1,4 +1,4 @@
-"""Day 1: the tool protocol. A model's whole response is exactly one JSON object: a final answer or a tool call."""
+"""The tool protocol. A model's whole response is exactly one JSON object: a final answer or a tool call."""
 
 import json
 from dataclasses import dataclass

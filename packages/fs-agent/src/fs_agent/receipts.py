@@ -1,4 +1,4 @@
-"""Day 3: receipts - a verifiable, append-only record of every completed effect."""
+"""Receipts: a verifiable, append-only record of every completed effect."""
 
 import hashlib
 import json

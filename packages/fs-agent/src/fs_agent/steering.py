@@ -1,4 +1,4 @@
-"""Day 6: inspect a paused run at a tool boundary and resume it with operator steering."""
+"""Inspect a paused run at a tool boundary and resume it with operator steering."""
 
 from dataclasses import dataclass
 from typing import Any

@@ -1,4 +1,4 @@
-"""Days 2-3 (and Day 8's ApprovalDecision): a confined workspace whose effects need approval and leave receipts."""
+"""A confined workspace whose effects need approval and leave receipts."""
 
 import hashlib
 import math

@@ -5,7 +5,7 @@ from .config import GenerationConfig, Qwen3Config, load_config, load_generation_
 from .crosscheck import CrossCheckReport, cross_check, expected_tensors
 from .dtypes import bf16_to_f32, f32_to_bf16
 from .errors import ConfigError, CrossCheckError, SafetensorsError, WeightsError
-from .inspect import inspect_checkpoint
+from .report import tensor_report
 from .quantize import dequantize, quantize
 from .random_checkpoint import PRESETS, preset, write_random_checkpoint
 from .safetensors import SafetensorsFile, TensorInfo, save_safetensors
@@ -28,7 +28,7 @@ __all__ = [
     "dequantize",
     "expected_tensors",
     "f32_to_bf16",
-    "inspect_checkpoint",
+    "tensor_report",
     "load_config",
     "load_generation_config",
     "preset",

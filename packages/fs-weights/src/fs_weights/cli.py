@@ -7,7 +7,7 @@ import time
 
 from .byte_tokenizer import VOCAB_SIZE as BYTE_VOCAB_SIZE
 from .errors import WeightsError
-from .inspect import format_table, inspect_checkpoint
+from .report import format_table, tensor_report
 from .random_checkpoint import PRESETS, preset, write_random_checkpoint
 
 
@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     try:
         if args.cmd == "inspect":
-            report = inspect_checkpoint(args.path)
+            report = tensor_report(args.path)
             print(json.dumps(report, indent=2) if args.json else format_table(report))
             return 0 if report["verdict"] in ("ok",) or report["verdict"].startswith("no config") else 1
         t0 = time.perf_counter()

@@ -1,5 +1,6 @@
-"""Evaluation packages (the legacy §11.7 format): a task, a workspace to stage, and held-out checks the model never
-sees. ``grade_package`` stages a copy, runs an agent on it, freezes it, and grades observable facts only."""
+"""Task packages: a task.json, a workspace to stage and held-out checks.json the model never sees (the
+"evaluation packages" of docs/agent.md; evaluation.py judges one run). ``grade_package`` stages a copy, runs an agent
+on it, freezes it, and grades observable facts only."""
 
 import ast
 import json

@@ -9,7 +9,7 @@ import pytest
 
 from fs_agent import ToolAction
 from fs_agent.cli import ask, main
-from fs_agent.evalpkg import PackageError, grade_package, load_package
+from fs_agent.task_packages import PackageError, grade_package, load_package
 
 EVALS = Path(__file__).resolve().parents[1] / "evals"
 PACKAGES = ["localized-constant", "repository-convention", "failure-recovery"]

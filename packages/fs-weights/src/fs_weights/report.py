@@ -10,7 +10,7 @@ from .crosscheck import cross_check
 from .errors import WeightsError
 
 
-def inspect_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
+def tensor_report(path: str | os.PathLike[str]) -> dict[str, Any]:
     p = Path(path)
     ckpt = Checkpoint.open(p)
     model_dir = p if p.is_dir() else p.parent
