@@ -3,7 +3,7 @@
 import os
 from pathlib import Path
 
-from fs_weights import Qwen3Config
+from fs_weights import Qwen3Config, preset
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 GOLDEN = Path(__file__).parent / "golden"
@@ -16,21 +16,19 @@ KNOBS = {
     "mqa": dict(num_key_value_heads=1),
     "head_dim-odd-ratio": dict(head_dim=48, rope_theta=10_000.0, rms_norm_eps=1e-5),
 }
+# the library's tiny preset (hidden 64, 2 layers, 4 heads of 32) with a 512-id vocabulary and no special ids
 BASE = dict(
     vocab_size=512,
-    hidden_size=64,
     intermediate_size=128,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    head_dim=32,
     max_position_embeddings=512,
-    rope_theta=1_000_000.0,
+    tie_word_embeddings=False,
+    bos_token_id=None,
+    eos_token_id=None,
 )
 
 
 def config(name: str = "untied-gqa2", **kw) -> Qwen3Config:
-    return Qwen3Config.from_dict({**BASE, **KNOBS[name], **kw})
+    return preset("tiny", **{**BASE, **KNOBS[name], **kw})
 
 
 def rel_err(got, want) -> float:

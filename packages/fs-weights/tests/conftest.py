@@ -1,20 +1,17 @@
 import pytest
 
-from fs_weights import Qwen3Config
+from fs_weights import Qwen3Config, preset
 
 
 @pytest.fixture
 def tiny() -> Qwen3Config:
-    return Qwen3Config.from_dict(
-        dict(
-            vocab_size=512,
-            hidden_size=64,
-            intermediate_size=128,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            head_dim=32,
-            max_position_embeddings=256,
-            tie_word_embeddings=False,
-        )
+    """The library's tiny preset with a 512-id vocabulary, an untied head and no special-token ids."""
+    return preset(
+        "tiny",
+        vocab_size=512,
+        intermediate_size=128,
+        max_position_embeddings=256,
+        tie_word_embeddings=False,
+        bos_token_id=None,
+        eos_token_id=None,
     )

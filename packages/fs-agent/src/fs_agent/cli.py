@@ -14,12 +14,12 @@ from fs_kvcache import load_prompt_cache, save_prompt_cache
 
 from .branching import KvPrefixGenerator, run_branch, select_branch
 from .checkpoint import load_agent_checkpoint, save_agent_checkpoint
-from .task_packages import PackageError, grade_package
 from .evaluation import EvaluationCase, FileExpectation, ReceiptExpectation, ResultExpectation
 from .generation import generate_response
 from .loop import AgentEvent, AgentLimits, run_agent, run_to_checkpoint
 from .protocol import AgentError, ToolAction, action_json
 from .receipts import ReceiptStore
+from .task_packages import PackageError, grade_package
 from .workspace import ApprovalDecision, ToolPolicy, Workspace
 
 COMMAND_WARNINGS = (

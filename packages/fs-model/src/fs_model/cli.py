@@ -26,7 +26,12 @@ def main(argv: list[str] | None = None) -> int:
     lg.add_argument("--ids", type=int, nargs="+", help="prompt as token IDs instead of text")
     lg.add_argument("--model", required=True, help="model directory")
     lg.add_argument("--backend", choices=["numpy", "mlx"], default="numpy")
-    lg.add_argument("--dtype", choices=["float32", "bfloat16", "float16"])
+    lg.add_argument(
+        "--dtype",
+        choices=["float32", "bfloat16", "float16", "native"],
+        help="MLX: compute dtype; numpy: bfloat16 keeps weights as bf16, native keeps the checkpoint's storage",
+    )
+    lg.add_argument("--quantize", choices=["int8", "int4"], help="numpy: quantize weights at load (MLX affine)")
     lg.add_argument("--top", type=int, default=10)
     args = ap.parse_args(argv)
     try:
@@ -47,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
                 raise ModelError(str(e)) from None
         else:
             ids = args.ids
-        model = load_model(args.model, backend=args.backend, dtype=args.dtype)
+        model = load_model(args.model, backend=args.backend, dtype=args.dtype, quantize=args.quantize)
         logits = np.asarray(model.to_numpy(model.forward(ids)), dtype=np.float32)[-1]
         print(f"prompt: {len(ids)} tokens {ids[:16]}{' ...' if len(ids) > 16 else ''}")
         print(f"next-token candidates ({model.backend} backend, logits [{logits.shape[0]}] at position {len(ids)}):")

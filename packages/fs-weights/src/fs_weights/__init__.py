@@ -5,9 +5,9 @@ from .config import GenerationConfig, Qwen3Config, load_config, load_generation_
 from .crosscheck import CrossCheckReport, cross_check, expected_tensors
 from .dtypes import bf16_to_f32, f32_to_bf16
 from .errors import ConfigError, CrossCheckError, SafetensorsError, WeightsError
-from .report import tensor_report
 from .quantize import dequantize, quantize
 from .random_checkpoint import PRESETS, preset, write_random_checkpoint
+from .report import tensor_report
 from .safetensors import SafetensorsFile, TensorInfo, save_safetensors
 
 __version__ = "0.1.0"
@@ -28,11 +28,11 @@ __all__ = [
     "dequantize",
     "expected_tensors",
     "f32_to_bf16",
-    "tensor_report",
     "load_config",
     "load_generation_config",
     "preset",
     "quantize",
     "save_safetensors",
+    "tensor_report",
     "write_random_checkpoint",
 ]

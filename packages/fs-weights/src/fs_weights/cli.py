@@ -7,8 +7,8 @@ import time
 
 from .byte_tokenizer import VOCAB_SIZE as BYTE_VOCAB_SIZE
 from .errors import WeightsError
-from .report import format_table, tensor_report
 from .random_checkpoint import PRESETS, preset, write_random_checkpoint
+from .report import format_table, tensor_report
 
 
 def main(argv: list[str] | None = None) -> int:
