@@ -32,7 +32,8 @@ _timer: list[MatmulTime] = []  # the active timer, if any (one at a time, proces
 
 @contextlib.contextmanager
 def time_matmuls() -> Iterator[MatmulTime]:
-    """Count and time every linear layer's ``x @ Wᵀ`` inside the block (all backends' numpy layers)."""
+    """Count and time every numpy-backend linear layer's ``x @ Wᵀ`` inside the block (the MLX backend is lazy:
+    its products run at ``mx.eval``, so they are not timed here)."""
     t = MatmulTime()
     _timer.append(t)
     try:
