@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from fs_generate import generate_step, resolve_eos
+from fs_model import CausalLM
 
 from .protocol import Message
 
@@ -20,7 +21,7 @@ def initial_messages(task: str, system_prompt: str) -> list[Message]:
 
 
 def greedy_decode(
-    model: Any, tokenizer: Any, prompt_ids: list[int], caches: list[Any], offset: int, max_tokens: int
+    model: CausalLM, tokenizer: Any, prompt_ids: list[int], caches: list[Any], offset: int, max_tokens: int
 ) -> list[int]:
     """Feed ``prompt_ids`` at ``offset`` in one call, then one token per call; stop at EOS (not included)."""
     eos = resolve_eos(model, tokenizer, None)
@@ -37,7 +38,7 @@ def greedy_decode(
 
 
 def generate_response(
-    model: Any,
+    model: CausalLM,
     tokenizer: Any,
     messages: list[Message],
     cache_factory: Callable[[], list[Any]],

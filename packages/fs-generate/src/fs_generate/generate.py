@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from fs_kvcache import DenseKVCache
+from fs_model import CausalLM
 
 from .errors import GenerateError
 from .sampling import SamplingParams, choose, logprob
@@ -50,7 +51,7 @@ class Generation:
         return len(self.token_ids) / self.generation_seconds if self.generation_seconds else 0.0
 
 
-def prompt_ids(model: Any, tokenizer: Any, prompt: str | Sequence[int]) -> list[int]:
+def prompt_ids(model: CausalLM, tokenizer: Any, prompt: str | Sequence[int]) -> list[int]:
     if isinstance(prompt, str):
         ids = list(tokenizer.encode(prompt))
     elif isinstance(prompt, Iterable):
@@ -78,7 +79,7 @@ class Generator:
 
     def __init__(
         self,
-        model: Any,
+        model: CausalLM,
         tokenizer: Any,
         prompt: str | Sequence[int],
         *,
@@ -203,14 +204,18 @@ class Generator:
                 return
 
 
-def stream_generate(model: Any, tokenizer: Any, prompt: str | Sequence[int], **kw: Any) -> Iterator[GenerationStep]:
+def stream_generate(
+    model: CausalLM, tokenizer: Any, prompt: str | Sequence[int], **kw: Any
+) -> Iterator[GenerationStep]:
     """Yield one step per generated token; the last step carries the finish reason. When an EOS ends generation
     the last step's ``token_id`` is that EOS (not part of ``Generation.token_ids``) and its text is only what the
     decoder flushed. Concatenated ``text`` deltas equal ``tokenizer.decode(token_ids)`` exactly."""
     yield from Generator(model, tokenizer, prompt, **kw).steps()
 
 
-def generate(model: Any, tokenizer: Any, prompt: str | Sequence[int], *, max_new_tokens: int, **kw: Any) -> Generation:
+def generate(
+    model: CausalLM, tokenizer: Any, prompt: str | Sequence[int], *, max_new_tokens: int, **kw: Any
+) -> Generation:
     g = Generator(model, tokenizer, prompt, max_new_tokens=max_new_tokens, **kw)
     for _ in g.steps():
         pass
@@ -218,7 +223,7 @@ def generate(model: Any, tokenizer: Any, prompt: str | Sequence[int], *, max_new
 
 
 def generate_batch(
-    model: Any, tokenizer: Any, prompts: Sequence[str | Sequence[int]], *, max_new_tokens: int, **kw: Any
+    model: CausalLM, tokenizer: Any, prompts: Sequence[str | Sequence[int]], *, max_new_tokens: int, **kw: Any
 ) -> list[Generation]:
     """Several prompts decoded together: one forward pass per step for the whole batch (prompts left-padded to a
     common length; padding is invisible to attention and to positions), each with its own stop rules. Token

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from fs_kvcache import is_mlx, to_numpy
+from fs_model import CausalLM
 
 from .sampling import logprob
 
@@ -28,7 +29,7 @@ def greedy(logits: np.ndarray) -> int:
     return int(np.argmax(logits))
 
 
-def tokens_for(model: Any, rows: list[list[int]], like: Any = None) -> Any:
+def tokens_for(model: CausalLM, rows: list[list[int]], like: Any = None) -> Any:
     """``rows`` as the [B, S] token array ``model`` takes: its own ``tokens_array``, else the array type of
     ``like`` (a cache's keys or the last logits), else numpy int64."""
     make = getattr(model, "tokens_array", None)
@@ -52,7 +53,7 @@ def _cache_array(caches: Sequence[Any] | None) -> Any:
 
 
 def prefill(
-    model: Any, ids: Sequence[int], caches: Sequence[Any] | None, offset: int = 0, chunk: int = PREFILL_CHUNK
+    model: CausalLM, ids: Sequence[int], caches: Sequence[Any] | None, offset: int = 0, chunk: int = PREFILL_CHUNK
 ) -> tuple[np.ndarray, int]:
     """Feed ``ids`` at ``offset`` (``chunk`` tokens per pass; all at once without caches) -> (last logits [V],
     forward passes). Needs at least one id."""
@@ -67,7 +68,7 @@ def prefill(
 
 
 def generate_step(
-    model: Any,
+    model: CausalLM,
     prompt_ids: Sequence[int],
     caches: Sequence[Any] | None,
     sampler: Sampler = greedy,

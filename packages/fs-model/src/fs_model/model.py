@@ -23,6 +23,9 @@ class CausalLM(Protocol):
 
     config: Qwen3Config
 
+    @property
+    def vocab_size(self) -> int: ...
+
     def __call__(
         self,
         tokens: Any,
