@@ -26,13 +26,15 @@ import numpy as np
 import optax
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
+from fs_tokenizer.pipeline import QWEN2_PATTERN as QWEN3_PATTERN  # Qwen3 pre-tokenizes as Qwen2 does
 from fs_weights import Qwen3Config, expected_tensors, save_safetensors
-from fs_weights.byte_tokenizer import CHATML, QWEN3_PATTERN, SPECIALS
+from fs_weights.byte_tokenizer import FILES, SPECIALS
 from fs_weights.dtypes import f32_to_bf16
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = ROOT / "packages/fs-generate/src/fs_generate/demo_model"
 VOCAB = 4096
+CHATML = json.loads((FILES / "tokenizer_config.json").read_text(encoding="utf-8"))["chat_template"]
 CONFIG = dict(
     vocab_size=VOCAB,
     hidden_size=256,
