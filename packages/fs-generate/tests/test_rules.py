@@ -143,7 +143,7 @@ def test_cached_and_uncached_paths_agree_on_the_toy():
         (dict(prompt=[1, 256]), "prompt token id 256 at position 1 is out of range"),
         (dict(prompt=[1.0]), "only ints"),
         (dict(max_new_tokens=-1), "max_new_tokens must be an int >= 0"),
-        (dict(temperature=-0.1), "temperature must be >= 0"),
+        (dict(temperature=-0.1), "temperature must be a finite number >= 0"),
         (dict(top_p=0.0), "top_p must be in \\(0, 1\\]"),
         (dict(top_p=1.5), "top_p"),
         (dict(top_k=-1), "top_k must be an int >= 0"),

@@ -89,7 +89,7 @@ def test_files(tmp_path, qwen3_dir):
     with pytest.raises(TokenizerError, match="no tokenizer.json"):
         Tokenizer.from_pretrained(tmp_path)
     (tmp_path / "tokenizer.json").write_text("{oops")
-    with pytest.raises(TokenizerError, match="not readable JSON"):
+    with pytest.raises(TokenizerError, match="not valid JSON"):
         Tokenizer.from_pretrained(tmp_path)
 
 

@@ -64,7 +64,10 @@ def test_head_dim_is_derived_when_absent(tmp_path):
         ({"vocab_size": 0}, "vocab_size", "must be positive"),
         ({"head_dim": None, "hidden_size": 1000, "num_attention_heads": 16}, "head_dim", "not divisible"),
         ({"model_type": "qwen3_moe"}, "model_type", "only dense"),
-        ({"quantization": {"bits": "4"}}, "quantization", "int 'bits'"),
+        ({"quantization": {"bits": "4"}}, "quantization", "'bits' must be one of"),
+        ({"quantization": {"bits": 4, "group_size": 0}}, "quantization", "'group_size' must be one of"),
+        ({"rms_norm_eps": float("nan")}, "rms_norm_eps", "finite positive"),
+        ({"rope_theta": float("inf")}, "rope_theta", "finite positive"),
     ],
 )
 def test_bad_values_name_the_key_and_file(tmp_path, change, key, words):

@@ -101,8 +101,8 @@ def test_bad_headers_name_file_and_tensor(tmp_path, case):
         (b"\x05\0\0", "8-byte header length"),
         (struct.pack("<Q", 1 << 40) + b"{}", "runs past the end"),
         (struct.pack("<Q", 4) + b"{}", "runs past the end"),
-        (struct.pack("<Q", 3) + b"{x}", "not valid UTF-8 JSON"),
-        (struct.pack("<Q", 2) + b"\xff\xfe", "not valid UTF-8 JSON"),
+        (struct.pack("<Q", 3) + b"{x}", "not valid JSON"),
+        (struct.pack("<Q", 2) + b"\xff\xfe", "not valid UTF-8"),
         (struct.pack("<Q", 2) + b"[]", "JSON list"),
     ],
 )

@@ -12,8 +12,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from fs_kvcache import KVCacheError
 from fs_model import ModelError
 from fs_tokenizer import TokenizerError
+from fs_weights import WeightsError
+from fs_weights.command_line import non_negative_float, non_negative_int, positive_float, positive_int, run_main
 
 from .demo import demo_banner
 from .errors import GenerateError
@@ -47,13 +50,13 @@ def parser() -> argparse.ArgumentParser:
         "demo model shipped with fs-generate",
     )
     ap.add_argument("--prompt", required=True, help="prompt text ('-' reads standard input)")
-    ap.add_argument("--max-tokens", "-m", type=int, default=256, help="generated-token budget (default 256)")
-    ap.add_argument("--temp", type=float, default=0.0, help="sampling temperature; 0 = greedy (default)")
-    ap.add_argument("--top-k", type=int, default=0, help="keep the K most likely tokens (0 = off)")
-    ap.add_argument("--top-p", type=float, default=1.0, help="nucleus: smallest set with mass >= P (1 = off)")
-    ap.add_argument("--min-p", type=float, default=0.0, help="drop tokens with p < M * p_max (0 = off)")
-    ap.add_argument("--repetition-penalty", type=float, help="mlx-lm semantics over the last 20 tokens")
-    ap.add_argument("--seed", type=int, help="seed for reproducible sampling")
+    ap.add_argument("--max-tokens", "-m", type=non_negative_int, default=256, help="generated-token budget (default 256)")
+    ap.add_argument("--temp", type=non_negative_float, default=0.0, help="sampling temperature; 0 = greedy (default)")
+    ap.add_argument("--top-k", type=non_negative_int, default=0, help="keep the K most likely tokens (0 = off)")
+    ap.add_argument("--top-p", type=non_negative_float, default=1.0, help="nucleus: smallest set with mass >= P (1 = off)")
+    ap.add_argument("--min-p", type=non_negative_float, default=0.0, help="drop tokens with p < M * p_max (0 = off)")
+    ap.add_argument("--repetition-penalty", type=positive_float, help="mlx-lm semantics over the last 20 tokens")
+    ap.add_argument("--seed", type=non_negative_int, help="seed for reproducible sampling")
     ap.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     ap.add_argument("--chat", action="store_true", help="apply the model's chat template")
     ap.add_argument("--system", help="system message (with --chat)")
@@ -68,8 +71,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--quantize", choices=["int8", "int4"], help="numpy: quantize weights at load (MLX affine, group 64)"
     )
-    ap.add_argument("--max-kv-size", type=int, help="context limit in tokens (default: max_position_embeddings)")
-    ap.add_argument("--eos-token-id", type=int, action="append", help="override the EOS set (repeatable)")
+    ap.add_argument("--max-kv-size", type=positive_int, help="context limit in tokens (default: max_position_embeddings)")
+    ap.add_argument("--eos-token-id", type=non_negative_int, action="append", help="override the EOS set (repeatable)")
     ap.add_argument("--verbose", action="store_true", help="print the prompt IDs and per-token log-probabilities")
     ap.add_argument("--json", action="store_true", help="print one JSON object at the end instead of streaming")
     return ap
@@ -89,92 +92,105 @@ def peak_memory_gb() -> float:
     return rss / (1 << 30) if sys.platform == "darwin" else rss / (1 << 20)
 
 
+KNOWN_ERRORS = (GenerateError, ModelError, TokenizerError, WeightsError, KVCacheError)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    out, err = sys.stdout, sys.stderr
+    return run_main("fs-generate", lambda: _run(args), KNOWN_ERRORS)
+
+
+def read_stdin_text() -> str:
+    data = sys.stdin.buffer.read()
     try:
-        prompt_text = sys.stdin.read() if args.prompt == "-" else args.prompt
-        t0 = time.perf_counter()
-        if args.model is None:
-            print(demo_banner(), file=err)
-        print(f"loading {args.model or 'the demo model'} ({args.backend}) ...", end="", file=err, flush=True)
-        bar = progress_bar(err) if err.isatty() else None
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise GenerateError(f"standard input is not valid UTF-8 (byte offset {e.start})") from None
+
+
+def _run(args: argparse.Namespace) -> int:
+    out, err = sys.stdout, sys.stderr
+    prompt_text = read_stdin_text() if args.prompt == "-" else args.prompt
+    t0 = time.perf_counter()
+    if args.model is None:
+        print(demo_banner(), file=err)
+    print(f"loading {args.model or 'the demo model'} ({args.backend}) ...", end="", file=err, flush=True)
+    bar = progress_bar(err) if err.isatty() else None
+    try:
         model, tok = load(args.model, backend=args.backend, dtype=args.dtype, quantize=args.quantize, progress=bar)
-        print(f"{' done' if bar else ''} {time.perf_counter() - t0:.1f}s", file=err, flush=True)
-        if model.config.vocab_size < 1024:
-            print(
-                "note: this is a tiny model; for real output pass --model Qwen/Qwen3-0.6B or a local Qwen3 directory",
-                file=err,
-            )
-        prompt: str | list[int] = prompt_text
-        if args.chat:
-            messages = ([{"role": "system", "content": args.system}] if args.system else []) + [
-                {"role": "user", "content": prompt_text}
-            ]
-            try:
-                prompt = tok.apply_chat_template(
-                    messages, add_generation_prompt=True, enable_thinking=args.enable_thinking, tokenize=True
-                )
-            except TokenizerError as e:
-                raise GenerateError(str(e)) from None
-        g = Generator(
-            model,
-            tok,
-            prompt,
-            max_new_tokens=args.max_tokens,
-            temperature=args.temp,
-            top_k=args.top_k,
-            top_p=args.top_p,
-            min_p=args.min_p,
-            seed=args.seed,
-            stop=args.stop,
-            eos_token_ids=args.eos_token_id,
-            repetition_penalty=args.repetition_penalty,
-            context_limit=args.max_kv_size,
-        )
-        if args.verbose:
-            print(f"prompt ids ({len(g.prompt)}): {g.prompt}", file=err)
-        streamed, printed = "", 0
-        for step in g.steps():
-            if args.verbose:
-                print(f"[{step.token_id} {step.logprob:.3f}]", end="", file=err)
-            if args.json:
-                continue
-            streamed += step.text
-            # hold back text that may be the start of a stop string; at the end show the (cut) result text
-            upto = len(g.result.text) if step.finish_reason else len(streamed) - g.stops.holdback(streamed)
-            if upto > printed:
-                out.write(streamed[printed:upto])
-                out.flush()
-                printed = upto
-        r = g.result
-        if args.json:
-            print(
-                json.dumps(
-                    {
-                        "text": r.text,
-                        "token_ids": r.token_ids,
-                        "finish_reason": r.finish_reason,
-                        "prompt_tokens": len(r.prompt_ids),
-                        "eos_token_id": r.eos_token_id,
-                    }
-                )
-            )
-        else:
-            print(file=out)
-        print("=" * 10, file=err)
-        print(f"Prompt: {len(r.prompt_ids)} tokens, {r.prompt_tps:.3f} tokens-per-sec", file=err)
+    except BaseException:
+        print(file=err)  # end the "loading ..." line before the error line
+        raise
+    print(f"{' done' if bar else ''} {time.perf_counter() - t0:.1f}s", file=err, flush=True)
+    if model.config.vocab_size < 1024:
         print(
-            f"Generation: {len(r.token_ids)} tokens, {r.generation_tps:.3f} tokens-per-sec (finish: {r.finish_reason})",
+            "note: this is a tiny model; for real output pass --model Qwen/Qwen3-0.6B or a local Qwen3 directory",
             file=err,
         )
-        print(f"Peak memory: {peak_memory_gb():.3f} GB", file=err)
-        return 0
-    except (GenerateError, ModelError, TokenizerError) as e:
-        print(f"\nfs-generate: error: {e}", file=err)
-        return 2
-    except KeyboardInterrupt:
-        return 130
+    prompt: str | list[int] = prompt_text
+    if args.chat:
+        messages = ([{"role": "system", "content": args.system}] if args.system else []) + [
+            {"role": "user", "content": prompt_text}
+        ]
+        try:
+            prompt = tok.apply_chat_template(
+                messages, add_generation_prompt=True, enable_thinking=args.enable_thinking, tokenize=True
+            )
+        except TokenizerError as e:
+            raise GenerateError(str(e)) from None
+    g = Generator(
+        model,
+        tok,
+        prompt,
+        max_new_tokens=args.max_tokens,
+        temperature=args.temp,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        min_p=args.min_p,
+        seed=args.seed,
+        stop=args.stop,
+        eos_token_ids=args.eos_token_id,
+        repetition_penalty=args.repetition_penalty,
+        context_limit=args.max_kv_size,
+    )
+    if args.verbose:
+        print(f"prompt ids ({len(g.prompt)}): {g.prompt}", file=err)
+    streamed, printed = "", 0
+    for step in g.steps():
+        if args.verbose:
+            print(f"[{step.token_id} {step.logprob:.3f}]", end="", file=err)
+        if args.json:
+            continue
+        streamed += step.text
+        # hold back text that may be the start of a stop string; at the end show the (cut) result text
+        upto = len(g.result.text) if step.finish_reason else len(streamed) - g.stops.holdback(streamed)
+        if upto > printed:
+            out.write(streamed[printed:upto])
+            out.flush()
+            printed = upto
+    r = g.result
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "text": r.text,
+                    "token_ids": r.token_ids,
+                    "finish_reason": r.finish_reason,
+                    "prompt_tokens": len(r.prompt_ids),
+                    "eos_token_id": r.eos_token_id,
+                }
+            )
+        )
+    else:
+        print(file=out)
+    print("=" * 10, file=err)
+    print(f"Prompt: {len(r.prompt_ids)} tokens, {r.prompt_tps:.3f} tokens-per-sec", file=err)
+    print(
+        f"Generation: {len(r.token_ids)} tokens, {r.generation_tps:.3f} tokens-per-sec (finish: {r.finish_reason})",
+        file=err,
+    )
+    print(f"Peak memory: {peak_memory_gb():.3f} GB", file=err)
+    return 0
 
 
 if __name__ == "__main__":

@@ -98,6 +98,8 @@ class Generator:
     ):
         if type(max_new_tokens) is not int or max_new_tokens < 0:
             raise GenerateError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
+        if seed is not None and (type(seed) is not int or seed < 0):
+            raise GenerateError(f"seed must be a non-negative int (or None), got {seed!r}")
         self.model, self.tokenizer = model, tokenizer
         self.params = SamplingParams(temperature, top_k, top_p, min_p, repetition_penalty)
         self.stops = StopStrings(stop)

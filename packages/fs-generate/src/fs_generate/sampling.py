@@ -5,6 +5,7 @@ Sampling, in this order on float32 logits: temperature -> top-k -> top-p -> min-
 draw made on the host from the float64 distribution with a seeded numpy Generator (reproducible anywhere).
 """
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -25,8 +26,8 @@ class SamplingParams:
     repetition_context_size: int = 20
 
     def __post_init__(self) -> None:
-        if not (isinstance(self.temperature, (int, float)) and self.temperature >= 0):
-            raise GenerateError(f"temperature must be >= 0, got {self.temperature!r}")
+        if not (isinstance(self.temperature, (int, float)) and math.isfinite(self.temperature) and self.temperature >= 0):
+            raise GenerateError(f"temperature must be a finite number >= 0, got {self.temperature!r}")
         if type(self.top_k) is not int or self.top_k < 0:
             raise GenerateError(f"top_k must be an int >= 0 (0 = off), got {self.top_k!r}")
         if not (isinstance(self.top_p, (int, float)) and 0 < self.top_p <= 1):
@@ -34,8 +35,8 @@ class SamplingParams:
         if not (isinstance(self.min_p, (int, float)) and 0 <= self.min_p <= 1):
             raise GenerateError(f"min_p must be in [0, 1], got {self.min_p!r}")
         rp = self.repetition_penalty
-        if rp is not None and not (isinstance(rp, (int, float)) and rp > 0):
-            raise GenerateError(f"repetition_penalty must be > 0, got {rp!r}")
+        if rp is not None and not (isinstance(rp, (int, float)) and math.isfinite(rp) and rp > 0):
+            raise GenerateError(f"repetition_penalty must be a finite number > 0, got {rp!r}")
         if type(self.repetition_context_size) is not int or self.repetition_context_size < 1:
             raise GenerateError(f"repetition_context_size must be a positive int, got {self.repetition_context_size!r}")
 
@@ -57,8 +58,13 @@ def apply_repetition_penalty(logits: np.ndarray, history: Sequence[int], penalty
 
 def distribution(logits: np.ndarray, p: SamplingParams) -> np.ndarray:
     """The renormalized float64 distribution sampling draws from (temperature > 0)."""
-    z = logits.astype(np.float32) / np.float32(p.temperature)
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        z = logits.astype(np.float32) / np.float32(p.temperature)
     V = z.shape[0]
+    if not np.isfinite(z.max()):  # T so small (1e-45) that logits / T overflow: the T -> 0 limit is greedy
+        probs = np.zeros(V)
+        probs[int(np.argmax(logits))] = 1.0
+        return probs
     keep = np.ones(V, dtype=bool)
     if 0 < p.top_k < V:
         order = np.lexsort((np.arange(V), -z))  # by logit descending, ties by lower id

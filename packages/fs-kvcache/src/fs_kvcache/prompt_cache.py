@@ -82,11 +82,38 @@ def load_prompt_cache(
                 raise KVCacheError(
                     f"{path}: made for {meta.get('fs_identity')!r}, not {identity!r}; refusing to load it"
                 )
-            n = int(meta["fs_layers"])
-            layers = [(f.get_tensor(f"layer.{i}.keys"), f.get_tensor(f"layer.{i}.values")) for i in range(n)]
-            return f.get_tensor("tokens").tolist(), layers, meta["fs_dtype"]
-    except (OSError, SafetensorError, KeyError, ValueError) as e:
-        raise KVCacheError(f"{path}: not a readable prompt-cache file: {e}") from None
+            n, dtype = meta.get("fs_layers", ""), meta.get("fs_dtype")
+            if not n.isdigit() or int(n) <= 0 or dtype not in DTYPES:
+                raise KVCacheError(f"{path}: fs_layers {n!r} / fs_dtype {dtype!r} are not a layer count and a dtype")
+            layers = [(f.get_tensor(f"layer.{i}.keys"), f.get_tensor(f"layer.{i}.values")) for i in range(int(n))]
+            tokens = f.get_tensor("tokens")
+    except KVCacheError:
+        raise
+    except Exception as e:  # the safetensors library's own errors carry no common base beyond these
+        raise KVCacheError(f"{path}: not a readable prompt-cache file: {type(e).__name__}: {e}") from None
+    _check_state(path, tokens, layers, DTYPES[dtype])
+    return tokens.tolist(), layers, dtype
+
+
+DTYPES = {"bfloat16": np.uint16, "float16": np.float16, "float32": np.float32}
+
+
+def _check_state(path: Any, tokens: np.ndarray, layers: list[tuple[np.ndarray, np.ndarray]], dtype: type) -> None:
+    """Shapes agree, token ids are non-negative, and every K/V value is finite: a NaN loaded into a cache would
+    silently turn every later token into the same garbage."""
+    if tokens.dtype != np.int64 or tokens.ndim != 1 or (tokens < 0).any():
+        raise KVCacheError(f"{path}: 'tokens' must be a 1-D int64 array of token ids")
+    first = layers[0][0].shape
+    for i, (k, v) in enumerate(layers):
+        for name, x in (("keys", k), ("values", v)):
+            where = f"{path}: layer.{i}.{name}"
+            if x.dtype != dtype or x.ndim != 4 or x.shape != first or x.shape[2] != tokens.size:
+                raise KVCacheError(
+                    f"{where}: {x.dtype} {x.shape}, expected {np.dtype(dtype)} [B, H, {tokens.size}, D] like layer 0"
+                )
+            bad = (x & 0x7F80) == 0x7F80 if dtype is np.uint16 else ~np.isfinite(x)
+            if bad.any():
+                raise KVCacheError(f"{where}: holds NaN or infinite values; refusing to load it")
 
 
 def identity_string(**parts: Any) -> str:

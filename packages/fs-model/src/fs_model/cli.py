@@ -5,6 +5,10 @@ import sys
 
 import numpy as np
 
+from fs_kvcache import KVCacheError
+from fs_weights import WeightsError
+from fs_weights.command_line import positive_int, run_main
+
 from .errors import ModelError
 from .loader import load_model
 
@@ -32,38 +36,38 @@ def main(argv: list[str] | None = None) -> int:
         help="MLX: compute dtype; numpy: bfloat16 keeps weights as bf16, native keeps the checkpoint's storage",
     )
     lg.add_argument("--quantize", choices=["int8", "int4"], help="numpy: quantize weights at load (MLX affine)")
-    lg.add_argument("--top", type=int, default=10)
+    lg.add_argument("--top", type=positive_int, default=10)
     args = ap.parse_args(argv)
-    try:
-        tok = None
-        if args.ids is None:
-            if args.text is None:
-                raise ModelError("give a prompt: text, or --ids 1 2 3")
-            try:
-                from fs_tokenizer import Tokenizer, TokenizerError
-            except ImportError:
-                raise ModelError(
-                    "text prompts need fs-tokenizer (pip install 'fs-model[tokenizer]'); or pass --ids"
-                ) from None
-            try:
-                tok = Tokenizer.from_pretrained(args.model)
-                ids = tok.encode(args.text)
-            except TokenizerError as e:
-                raise ModelError(str(e)) from None
-        else:
-            ids = args.ids
-        model = load_model(args.model, backend=args.backend, dtype=args.dtype, quantize=args.quantize)
-        logits = np.asarray(model.to_numpy(model.forward(ids)), dtype=np.float32)[-1]
-        print(f"prompt: {len(ids)} tokens {ids[:16]}{' ...' if len(ids) > 16 else ''}")
-        print(f"next-token candidates ({model.backend} backend, logits [{logits.shape[0]}] at position {len(ids)}):")
-        print(f"{'rank':>4}  {'id':>7}  {'logit':>9}  {'prob':>8}  token")
-        for r, (i, z, p) in enumerate(top_candidates(logits, args.top), 1):
-            shown = repr(tok.decode([i])) if tok is not None and i < tok.vocab_size else ""
-            print(f"{r:>4}  {i:>7}  {z:>9.4f}  {p:>8.4f}  {shown}")
-        return 0
-    except ModelError as e:
-        print(f"fs-model: error: {e}", file=sys.stderr)
-        return 2
+    return run_main("fs-model", lambda: _run(args), (ModelError, WeightsError, KVCacheError))
+
+
+def _run(args: argparse.Namespace) -> int:
+    tok = None
+    if args.ids is None:
+        if args.text is None:
+            raise ModelError("give a prompt: text, or --ids 1 2 3")
+        try:
+            from fs_tokenizer import Tokenizer, TokenizerError
+        except ImportError:
+            raise ModelError(
+                "text prompts need fs-tokenizer (pip install 'fs-model[tokenizer]'); or pass --ids"
+            ) from None
+        try:
+            tok = Tokenizer.from_pretrained(args.model)
+            ids = tok.encode(args.text)
+        except TokenizerError as e:
+            raise ModelError(str(e)) from None
+    else:
+        ids = args.ids
+    model = load_model(args.model, backend=args.backend, dtype=args.dtype, quantize=args.quantize)
+    logits = np.asarray(model.to_numpy(model.forward(ids)), dtype=np.float32)[-1]
+    print(f"prompt: {len(ids)} tokens {ids[:16]}{' ...' if len(ids) > 16 else ''}")
+    print(f"next-token candidates ({model.backend} backend, logits [{logits.shape[0]}] at position {len(ids)}):")
+    print(f"{'rank':>4}  {'id':>7}  {'logit':>9}  {'prob':>8}  token")
+    for r, (i, z, p) in enumerate(top_candidates(logits, args.top), 1):
+        shown = repr(tok.decode([i])) if tok is not None and i < tok.vocab_size else ""
+        print(f"{r:>4}  {i:>7}  {z:>9.4f}  {p:>8.4f}  {shown}")
+    return 0
 
 
 if __name__ == "__main__":

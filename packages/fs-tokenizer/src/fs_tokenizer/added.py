@@ -29,6 +29,11 @@ def parse_added(entries: object) -> list[AddedToken]:
     for i, e in enumerate(entries):
         if not isinstance(e, dict) or type(e.get("id")) is not int or not isinstance(e.get("content"), str):
             raise TokenizerError(f"added_tokens[{i}]: needs an int 'id' and a str 'content', got {e!r}")
+        flags = [k for k in ("special", "normalized", "lstrip", "rstrip", "single_word") if k in e]
+        if any(not isinstance(e[k], bool) for k in flags):
+            raise TokenizerError(f"added_tokens[{i}]: flags {flags} must be true or false, got {e!r}")
+        if e["id"] < 0:
+            raise TokenizerError(f"added_tokens[{i}]: negative id {e['id']}")
         if not e["content"]:
             raise TokenizerError(f"added_tokens[{i}]: empty content")
         out.append(

@@ -7,7 +7,9 @@ dropped first, as transformers does.
 """
 
 import json
-from collections.abc import Sequence
+import time
+import traceback
+from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -71,10 +73,70 @@ class _Generation(jinja2.ext.Extension):
         return str(caller())
 
 
+MAX_RENDER_CHARS = 16 << 20  # a rendered prompt beyond this is a runaway template, not a conversation
+MAX_RANGE = 10_000  # range() items, and items built by `*`; real templates loop over messages and tools
+MAX_STEPS = 1_000_000  # range() iterations, calls and attribute reads per render
+RENDER_SECONDS = 10.0
+
+
+class _Budget:
+    """What one render may spend; every sandbox hook charges it, so nested loops and recursion end in an error."""
+
+    def __init__(self) -> None:
+        self.steps, self.deadline = 0, time.monotonic() + RENDER_SECONDS
+
+    def charge(self, n: int = 1) -> None:
+        self.steps += n
+        if self.steps > MAX_STEPS or (self.steps % 1024 == 0 and time.monotonic() > self.deadline):
+            raise jinja2.exceptions.SecurityError(
+                f"chat template exceeded its budget ({MAX_STEPS} steps or {RENDER_SECONDS:.0f} s)"
+            )
+
+
+class _LimitedSandbox(ImmutableSandboxedEnvironment):
+    """transformers' sandbox plus resource limits: bounded ranges, bounded `*`/`**`, a step budget."""
+
+    intercepted_binops = frozenset(["*", "**"])
+    budget = _Budget()
+
+    def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+        self.budget.charge()
+        if operator == "**" and isinstance(right, (int, float)) and abs(right) > 64:
+            raise jinja2.exceptions.SecurityError(f"chat template: exponent {right} is too large")
+        if operator == "*":
+            for seq, n in ((left, right), (right, left)):
+                if isinstance(seq, (str, list, tuple)) and isinstance(n, int) and len(seq) * n > MAX_RANGE:
+                    raise jinja2.exceptions.SecurityError(f"chat template: repetition to {len(seq) * n} items")
+        return super().call_binop(context, operator, left, right)
+
+    def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N805 - jinja's names
+        __self.budget.charge()
+        return super().call(__context, __obj, *args, **kwargs)
+
+    def getattr(self, obj: Any, attribute: str) -> Any:
+        self.budget.charge()
+        return super().getattr(obj, attribute)
+
+    def getitem(self, obj: Any, argument: Any) -> Any:
+        self.budget.charge()
+        return super().getitem(obj, argument)
+
+
+def _range(env: _LimitedSandbox) -> Any:
+    def limited(*args: int) -> Iterator[int]:
+        r = range(*args)
+        if len(r) > MAX_RANGE:
+            raise jinja2.exceptions.SecurityError(f"chat template: range of {len(r)} items (limit {MAX_RANGE})")
+        for i in r:
+            env.budget.charge()
+            yield i
+
+    return limited
+
+
 def environment() -> ImmutableSandboxedEnvironment:
-    env = ImmutableSandboxedEnvironment(
-        trim_blocks=True, lstrip_blocks=True, extensions=[_Generation, jinja2.ext.loopcontrols]
-    )
+    env = _LimitedSandbox(trim_blocks=True, lstrip_blocks=True, extensions=[_Generation, jinja2.ext.loopcontrols])
+    env.globals["range"] = _range(env)
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
@@ -85,10 +147,13 @@ def environment() -> ImmutableSandboxedEnvironment:
 
 class ChatTemplate:
     def __init__(self, source: str, special_tokens: dict[str, str]):
+        self.env = environment()
         try:
-            self.template = environment().from_string(source)
+            self.template = self.env.from_string(source)
         except jinja2.TemplateSyntaxError as e:
             raise TokenizerError(f"chat_template does not compile: {e.message} (line {e.lineno})") from None
+        except (RecursionError, MemoryError, ValueError, TypeError) as e:
+            raise TokenizerError(f"chat_template does not compile: {type(e).__name__}: {e}") from None
         self.special_tokens = special_tokens
 
     def render(
@@ -102,18 +167,33 @@ class ChatTemplate:
         chat = [_normalize(i, m) for i, m in enumerate(_check_list(messages))]
         if tools is not None and not all(isinstance(t, dict) for t in tools):
             raise TokenizerError("tools must be a list of JSON-schema dicts")
+        self.env.budget = _Budget()
+        out, size = [], 0
         try:
-            return self.template.render(
+            for chunk in self.template.generate(
                 messages=chat,
                 tools=list(tools) if tools is not None else None,
                 documents=None,
                 add_generation_prompt=add_generation_prompt,
                 **{**self.special_tokens, **kwargs},
-            )
+            ):
+                size += len(chunk)
+                if size > MAX_RENDER_CHARS:
+                    raise jinja2.exceptions.SecurityError(f"chat template output exceeds {MAX_RENDER_CHARS} characters")
+                out.append(chunk)
+        except jinja2.exceptions.SecurityError as e:
+            raise TokenizerError(f"chat template stopped{_line(e)}: {e}") from None
         except jinja2.TemplateError as e:
-            raise TokenizerError(f"chat template rejected the messages: {e.message or e}") from None
-        except (TypeError, ValueError, AttributeError, KeyError) as e:
-            raise TokenizerError(f"chat template failed on these messages: {type(e).__name__}: {e}") from None
+            raise TokenizerError(f"chat template rejected the messages{_line(e)}: {e.message or e}") from None
+        except Exception as e:  # the template is code from the model's files: any failure is its error, not ours
+            raise TokenizerError(f"chat template failed{_line(e)}: {type(e).__name__}: {e}") from None
+        return "".join(out)
+
+
+def _line(e: BaseException) -> str:
+    """`` at line N`` of the template, from jinja's rewritten traceback (frames named ``<template>``)."""
+    lines = [f.lineno for f in traceback.extract_tb(e.__traceback__) if f.filename == "<template>"]
+    return f" at line {lines[-1]}" if lines else ""
 
 
 def _check_list(messages: Any) -> list[Any]:

@@ -26,6 +26,8 @@ Normalizer = Callable[[str], str]
 def build_normalizer(spec: dict[str, Any] | None, where: str = "normalizer") -> Normalizer | None:
     if spec is None:
         return None
+    if not isinstance(spec, dict):
+        raise TokenizerError(f"{where}: must be an object with a 'type', got {type(spec).__name__} {spec!r:.60}")
     kind = spec.get("type")
     if kind in ("NFC", "NFD", "NFKC", "NFKD"):
         form = kind
@@ -33,6 +35,8 @@ def build_normalizer(spec: dict[str, Any] | None, where: str = "normalizer") -> 
     if kind == "Lowercase":
         return str.lower
     if kind == "Sequence":
+        if not isinstance(spec.get("normalizers"), list):
+            raise TokenizerError(f"{where}: Sequence without a 'normalizers' list")
         steps = [build_normalizer(s, f"{where}.normalizers[{i}]") for i, s in enumerate(spec["normalizers"])]
         fns = [f for f in steps if f is not None]
 
@@ -58,6 +62,8 @@ class PreTokenizer:
             kind = step.get("type")
             if kind == "Split":
                 pattern = step.get("pattern", {})
+                if not (isinstance(pattern, dict) and any(isinstance(pattern.get(k), str) for k in ("Regex", "String"))):
+                    raise TokenizerError(f"{where}: Split 'pattern' must be {{'Regex': str}} or {{'String': str}}")
                 if step.get("behavior") != "Isolated" or step.get("invert"):
                     raise TokenizerError(
                         f"{where}: Split behavior {step.get('behavior')!r} / invert="
@@ -106,6 +112,8 @@ class PreTokenizer:
 def _flatten(spec: dict[str, Any] | None, where: str) -> list[tuple[str, dict[str, Any]]]:
     if spec is None:
         return []
+    if not isinstance(spec, dict):
+        raise TokenizerError(f"{where}: must be an object with a 'type', got {type(spec).__name__} {spec!r:.60}")
     if spec.get("type") == "Sequence":
         steps = spec.get("pretokenizers")
         if not isinstance(steps, list):

@@ -39,17 +39,21 @@ class Tokenizer:
             self._build(spec)
         except TokenizerError as e:
             raise TokenizerError(f"{source}: {e}") from None
+        except RecursionError:
+            raise TokenizerError(f"{source}: normalizer / pre_tokenizer nested too deeply") from None
         self.config = config or {}
+        if not isinstance(self.config, dict) or not isinstance(generation_config or {}, dict):
+            raise TokenizerError(f"{source}: tokenizer_config / generation_config must be JSON objects")
         self._eos = _eos_ids(self, self.config, generation_config or {})
-        template = self.config.get("chat_template")
-        if isinstance(template, list):  # [{"name": ..., "template": ...}]
-            template = next((t.get("template") for t in template if t.get("name") == "default"), None)
+        template = _chat_template(self.config)
         self.chat_template = ChatTemplate(template, _special_tokens_map(self.config)) if template else None
 
     def _build(self, spec: dict[str, Any]) -> None:
+        if not isinstance(spec, dict):
+            raise TokenizerError(f"the top level must be a JSON object, got {type(spec).__name__}")
         model = spec.get("model")
         if not isinstance(model, dict):
-            raise TokenizerError("'model' is missing")
+            raise TokenizerError("'model' is missing or not an object")
         if model.get("type", "BPE") != "BPE":
             raise TokenizerError(f"model.type {model.get('type')!r} is not supported (only BPE)")
         for key, ok in UNSUPPORTED_MODEL_KEYS.items():
@@ -58,13 +62,15 @@ class Tokenizer:
         vocab = model.get("vocab")
         if not isinstance(vocab, dict) or not vocab:
             raise TokenizerError("model.vocab is missing or empty")
-        merges = [tuple(m.split(" ", 1)) if isinstance(m, str) else tuple(m) for m in model.get("merges", [])]
-        if any(len(m) != 2 for m in merges):
-            raise TokenizerError("model.merges: every merge must be a pair")
-        self.bpe = BPE(vocab, merges, ignore_merges=bool(model.get("ignore_merges", False)))  # type: ignore[arg-type]
+        bad = next(((t, i) for t, i in vocab.items() if type(i) is not int or i < 0), None)
+        if bad is not None:
+            raise TokenizerError(f"model.vocab[{bad[0]!r}] must be a non-negative int id, got {bad[1]!r}")
+        self.bpe = BPE(vocab, _merges(model.get("merges", [])), ignore_merges=model.get("ignore_merges") is True)
         self.normalizer = build_normalizer(spec.get("normalizer"))
         self.pre_tokenizer = PreTokenizer(spec.get("pre_tokenizer"))
         decoder = spec.get("decoder")
+        if decoder is not None and not isinstance(decoder, dict):
+            raise TokenizerError(f"decoder must be an object, got {type(decoder).__name__} {decoder!r:.60}")
         if decoder is not None and decoder.get("type") != "ByteLevel":
             raise TokenizerError(f"decoder.type {decoder.get('type')!r} is not supported (only ByteLevel)")
         self.added = parse_added(spec.get("added_tokens", []))
@@ -86,15 +92,15 @@ class Tokenizer:
         generation_config.json when present) or a tokenizer.json file."""
         p = Path(path)
         if p.is_file():
-            return cls(_load_json(p), source=str(p))
+            return cls(load_json(p, dict), source=str(p))
         if not p.is_dir():
             raise TokenizerError(f"{p}: no such file or directory")
-        config = _load_json(p / "tokenizer_config.json") if (p / "tokenizer_config.json").exists() else {}
+        config = load_json(p / "tokenizer_config.json", dict) if (p / "tokenizer_config.json").exists() else {}
         if (p / "chat_template.jinja").exists():
-            config = {**config, "chat_template": (p / "chat_template.jinja").read_text(encoding="utf-8")}
-        gen = _load_json(p / "generation_config.json") if (p / "generation_config.json").exists() else {}
+            config = {**config, "chat_template": _read_text(p / "chat_template.jinja")}
+        gen = load_json(p / "generation_config.json", dict) if (p / "generation_config.json").exists() else {}
         if (p / "tokenizer.json").exists():
-            return cls(_load_json(p / "tokenizer.json"), config, gen, source=str(p / "tokenizer.json"))
+            return cls(load_json(p / "tokenizer.json", dict), config, gen, source=str(p / "tokenizer.json"))
         if (p / "vocab.json").exists() and (p / "merges.txt").exists():
             return cls(from_vocab_merges(p / "vocab.json", p / "merges.txt", config), config, gen, source=str(p))
         raise TokenizerError(f"{p}: no tokenizer.json (nor vocab.json + merges.txt)")
@@ -225,11 +231,43 @@ class Tokenizer:
         return self.encode(text) if tokenize else text
 
 
-def _load_json(path: Path) -> Any:
+def _merges(raw: Any) -> list[tuple[str, str]]:
+    """``merges`` as ``"a b"`` strings (older files) or ``["a", "b"]`` pairs (newer ones)."""
+    if not isinstance(raw, list):
+        raise TokenizerError(f"model.merges must be a list, got {type(raw).__name__}")
+    out = []
+    for i, m in enumerate(raw):
+        pair = m.split(" ", 1) if isinstance(m, str) else m
+        if not (isinstance(pair, list) and len(pair) == 2 and all(isinstance(x, str) and x for x in pair)):
+            raise TokenizerError(f"model.merges[{i}] must be 'a b' or ['a', 'b'], got {m!r}")
+        out.append((pair[0], pair[1]))
+    return out
+
+
+def load_json(path: Path, expect: type = object) -> Any:
+    """A JSON file as fs-tokenizer reads them all: UTF-8 (byte offset named), syntax (line and column named),
+    nesting bounded (Python's parser recurses per level: ``[[[[...]]]]`` is a ``RecursionError`` otherwise) and,
+    with ``expect``, the top-level type checked. Every failure is a ``TokenizerError`` naming the file."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise TokenizerError(f"{path}: not readable JSON: {e}") from None
+        data = path.read_bytes()
+    except (OSError, ValueError) as e:
+        raise TokenizerError(f"{path}: cannot read: {getattr(e, 'strerror', None) or e}") from None
+    return parse_json(data, str(path), expect)
+
+
+def parse_json(data: bytes, source: str, expect: type = object) -> Any:
+    """``load_json`` for bytes already read (``source`` names where they came from, e.g. ``<stdin>``)."""
+    try:
+        value = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise TokenizerError(f"{source}: not valid UTF-8 (byte offset {e.start})") from None
+    except RecursionError:
+        raise TokenizerError(f"{source}: JSON nested too deeply") from None
+    except json.JSONDecodeError as e:
+        raise TokenizerError(f"{source}: not valid JSON: {e.msg} (line {e.lineno}, column {e.colno})") from None
+    if not isinstance(value, expect):
+        raise TokenizerError(f"{source}: the top level must be a JSON {expect.__name__}, got {type(value).__name__}")
+    return value
 
 
 def from_vocab_merges(vocab_path: Path, merges_path: Path, config: dict[str, Any]) -> dict[str, Any]:
@@ -237,11 +275,14 @@ def from_vocab_merges(vocab_path: Path, merges_path: Path, config: dict[str, Any
     tokens listed in tokenizer_config.json's ``added_tokens_decoder``."""
     from .pipeline import QWEN2_PATTERN
 
-    lines = merges_path.read_text(encoding="utf-8").splitlines()
+    lines = _read_text(merges_path).splitlines()
     merges = [ln for ln in lines if ln and not ln.startswith("#version")]
-    added = [{"id": int(i), **t} for i, t in config.get("added_tokens_decoder", {}).items()]
+    decoder = config.get("added_tokens_decoder", {})
+    if not isinstance(decoder, dict) or not all(isinstance(t, dict) and i.isdigit() for i, t in decoder.items()):
+        raise TokenizerError("tokenizer_config.json: 'added_tokens_decoder' must map id strings to token objects")
+    added = [{"id": int(i), **t} for i, t in decoder.items()]
     return {
-        "model": {"type": "BPE", "vocab": _load_json(vocab_path), "merges": merges},
+        "model": {"type": "BPE", "vocab": load_json(vocab_path, dict), "merges": merges},
         "normalizer": {"type": "NFC"},
         "pre_tokenizer": {
             "type": "Sequence",
@@ -253,6 +294,26 @@ def from_vocab_merges(vocab_path: Path, merges_path: Path, config: dict[str, Any
         "decoder": {"type": "ByteLevel"},
         "added_tokens": added,
     }
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise TokenizerError(f"{path}: not valid UTF-8 (byte offset {e.start})") from None
+    except OSError as e:
+        raise TokenizerError(f"{path}: cannot read: {e.strerror or e}") from None
+
+
+def _chat_template(config: dict[str, Any]) -> str | None:
+    """``chat_template``: a string, or HF's list of named templates (``default`` is used)."""
+    template = config.get("chat_template")
+    if isinstance(template, list):  # [{"name": ..., "template": ...}]
+        named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
+        template = named.get("default")
+    if template is not None and not isinstance(template, str):
+        raise TokenizerError(f"tokenizer_config.json: 'chat_template' must be a string, got {type(template).__name__}")
+    return template or None
 
 
 def _special_tokens_map(config: dict[str, Any]) -> dict[str, str]:

@@ -6,6 +6,7 @@ import sys
 import time
 
 from .byte_tokenizer import VOCAB_SIZE as BYTE_VOCAB_SIZE
+from .command_line import non_negative_int, positive_float, run_main
 from .errors import WeightsError
 from .random_checkpoint import PRESETS, preset, write_random_checkpoint
 from .report import format_table, tensor_report
@@ -23,47 +24,45 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--dtype", choices=["bfloat16", "float16", "float32"], default="bfloat16")
     r.add_argument("--quantize", type=int, choices=[4, 8], help="write the MLX affine-quantized layout")
     r.add_argument("--group-size", type=int, default=64, choices=[32, 64, 128])
-    r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--seed", type=non_negative_int, default=0)
     r.add_argument(
         "--tokenizer",
         help="directory whose tokenizer files are copied in, or 'bytes' for a built-in "
         "byte-level tokenizer (vocab_size becomes its 265 ids)",
     )
-    r.add_argument("--max-shard-size", type=float, default=2.0, help="GiB per shard (default 2)")
+    r.add_argument("--max-shard-size", type=positive_float, default=2.0, help="GiB per shard (default 2)")
     r.add_argument("--untied", action="store_true", help="write a separate lm_head")
     r.add_argument("--overwrite", action="store_true")
     args = ap.parse_args(argv)
-    try:
-        if args.cmd == "inspect":
-            report = tensor_report(args.path)
-            print(json.dumps(report, indent=2) if args.json else format_table(report))
-            return 0 if report["verdict"] in ("ok",) or report["verdict"].startswith("no config") else 1
-        t0 = time.perf_counter()
-        overrides: dict[str, object] = {"tie_word_embeddings": False} if args.untied else {}
-        if args.tokenizer == "bytes":
-            overrides["vocab_size"] = BYTE_VOCAB_SIZE
-        cfg = preset(args.preset, **overrides)
-        out = write_random_checkpoint(
-            args.out,
-            cfg,
-            seed=args.seed,
-            dtype=args.dtype,
-            quantize=args.quantize,
-            group_size=args.group_size,
-            tokenizer=args.tokenizer,
-            max_shard_bytes=int(args.max_shard_size * 1024**3),
-            overwrite=args.overwrite,
-        )
-        print(
-            f"wrote {args.preset} ({args.dtype}{f', {args.quantize}-bit' if args.quantize else ''}) to {out}"
-            f" in {time.perf_counter() - t0:.1f}s"
-        )
-        return 0
-    except WeightsError as e:
-        print(f"fs-weights: error: {e}", file=sys.stderr)
-        return 2
-    except BrokenPipeError:
-        return 0
+    return run_main("fs-weights", lambda: _run(args), (WeightsError,))
+
+
+def _run(args: argparse.Namespace) -> int:
+    if args.cmd == "inspect":
+        report = tensor_report(args.path)
+        print(json.dumps(report, indent=2) if args.json else format_table(report))
+        return 0 if report["verdict"] in ("ok",) or report["verdict"].startswith("no config") else 1
+    t0 = time.perf_counter()
+    overrides: dict[str, object] = {"tie_word_embeddings": False} if args.untied else {}
+    if args.tokenizer == "bytes":
+        overrides["vocab_size"] = BYTE_VOCAB_SIZE
+    cfg = preset(args.preset, **overrides)
+    out = write_random_checkpoint(
+        args.out,
+        cfg,
+        seed=args.seed,
+        dtype=args.dtype,
+        quantize=args.quantize,
+        group_size=args.group_size,
+        tokenizer=args.tokenizer,
+        max_shard_bytes=int(args.max_shard_size * 1024**3),
+        overwrite=args.overwrite,
+    )
+    print(
+        f"wrote {args.preset} ({args.dtype}{f', {args.quantize}-bit' if args.quantize else ''}) to {out}"
+        f" in {time.perf_counter() - t0:.1f}s"
+    )
+    return 0
 
 
 if __name__ == "__main__":

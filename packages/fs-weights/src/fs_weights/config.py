@@ -5,13 +5,15 @@ in ``extra``. Validation names the offending key and file.
 """
 
 import dataclasses
-import json
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError
+from .jsonfile import read_json
+from .quantize import SUPPORTED_BITS
 
 _TYPES: dict[str, type | tuple[type, ...]] = {
     **dict.fromkeys(
@@ -114,13 +116,17 @@ class Qwen3Config:
                 f"({self.num_key_value_heads}) must divide num_attention_heads ({self.num_attention_heads})",
             )
         for key in ("rms_norm_eps", "rope_theta"):
-            if getattr(self, key) <= 0:
-                raise bad(key, f"must be positive, got {getattr(self, key)}")
+            if not (math.isfinite(getattr(self, key)) and getattr(self, key) > 0):
+                raise bad(key, f"must be a finite positive number, got {getattr(self, key)}")
+        if self.hidden_act != "silu":
+            raise bad("hidden_act", f"is {self.hidden_act!r}; Qwen3 uses 'silu'")
+        if self.sliding_window is not None and self.sliding_window <= 0:
+            raise bad("sliding_window", f"must be positive, got {self.sliding_window}")
+        eos_ids(self.eos_token_id, self.source)
         if self.model_type != "qwen3":
             raise bad("model_type", f"is {self.model_type!r}; only dense 'qwen3' checkpoints are supported")
-        q = self.quantization
-        if q is not None and (type(q.get("bits")) is not int or type(q.get("group_size")) is not int):
-            raise bad("quantization", f"must be an object with int 'bits' and 'group_size', got {q!r}")
+        if self.quantization is not None:
+            check_quantization(self.quantization, self.source)
 
     @property
     def dim_head(self) -> int:
@@ -162,13 +168,28 @@ class GenerationConfig:
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
 
+QUANT_BITS = SUPPORTED_BITS  # the unpacker's widths (quantize.py decides)
+QUANT_GROUPS = (32, 64, 128)
+
+
+def check_quantization(q: Any, source: str) -> dict[str, Any]:
+    """MLX's ``quantization`` entry: ``bits`` and ``group_size`` at the top, optionally per-module overrides
+    (``"model.layers.0.mlp.down_proj": {"bits": 8, "group_size": 64}``, or ``false`` for a module left float)."""
+    if not isinstance(q, dict):
+        raise ConfigError(f"{source}: 'quantization' must be an object, got {type(q).__name__}")
+    for where, entry in [("", q)] + [(f"{k!r} ", v) for k, v in q.items() if isinstance(v, dict)]:
+        for key, allowed in (("bits", QUANT_BITS), ("group_size", QUANT_GROUPS)):
+            v = entry.get(key)
+            if type(v) is not int or v not in allowed:
+                raise ConfigError(
+                    f"{source}: 'quantization': {where}{key!r} must be one of {', '.join(map(str, allowed))},"
+                    f" got {v!r}"
+                )
+    return q
+
+
 def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: file not found") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ConfigError(f"{path}: not valid JSON: {e}") from None
+    return read_json(path, ConfigError)
 
 
 def load_config(path: str | os.PathLike[str]) -> Qwen3Config:
@@ -204,5 +225,9 @@ def load_generation_config(path: str | os.PathLike[str]) -> GenerationConfig | N
         want = bool if k == "do_sample" else float if k in ("temperature", "top_p") else int
         if v is not None and (isinstance(v, bool) != (want is bool) or not isinstance(v, (want, int))):
             raise ConfigError(f"{p}: {k!r} must be {want.__name__}, got {v!r}")
+        if v is not None and want is not bool and not (math.isfinite(v) and v >= 0):
+            raise ConfigError(f"{p}: {k!r} must be a finite non-negative number, got {v!r}")
+    if kw.get("top_p") is not None and not 0 < kw["top_p"] <= 1:
+        raise ConfigError(f"{p}: 'top_p' must be in (0, 1], got {kw['top_p']!r}")
     extra = {k: v for k, v in d.items() if k not in names and k != "eos_token_id"}
     return GenerationConfig(eos_token_id=eos_ids(d.get("eos_token_id"), str(p)), extra=extra, **kw)

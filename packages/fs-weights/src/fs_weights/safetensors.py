@@ -18,6 +18,7 @@ import numpy as np
 
 from .dtypes import STORAGE
 from .errors import SafetensorsError
+from .jsonfile import parse_json
 
 MAX_HEADER_BYTES = 100_000_000  # the safetensors library's own limit
 
@@ -55,10 +56,7 @@ def parse_header(path: Path, head: bytes, file_size: int) -> tuple[dict[str, Ten
         raise _fail(path, f"header length {n} exceeds the {MAX_HEADER_BYTES}-byte limit")
     if len(head) < 8 + n:
         raise _fail(path, f"header is truncated: {len(head) - 8} of {n} bytes")
-    try:
-        header = json.loads(head[8 : 8 + n].decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
-        raise _fail(path, f"header (bytes 8-{8 + n}) is not valid UTF-8 JSON: {e}") from None
+    header = parse_json(head[8 : 8 + n], f"{path}: header (bytes 8-{8 + n})", SafetensorsError)
     if not isinstance(header, dict):
         raise _fail(path, f"header is a JSON {type(header).__name__}, expected an object")
     metadata = header.pop("__metadata__", None)
@@ -127,10 +125,11 @@ class SafetensorsFile:
                     n = int.from_bytes(head, "little")
                     if n <= min(size - 8, MAX_HEADER_BYTES):
                         head += f.read(n)
-        except OSError as e:
-            raise _fail(self.path, f"cannot read: {e.strerror or e}") from None
+        except (OSError, ValueError) as e:  # ValueError: a NUL byte in the path
+            raise _fail(self.path, f"cannot read: {getattr(e, 'strerror', None) or e}") from None
         self.tensors, self.metadata = parse_header(self.path, head, size)
         self._map: mmap.mmap | None = None
+        self._fd: int | None = None
 
     def __contains__(self, name: str) -> bool:
         return name in self.tensors
@@ -141,13 +140,33 @@ class SafetensorsFile:
     def raw(self, name: str) -> np.ndarray:
         """The stored array, read-only, backed by the mmap (BF16 as uint16 bit patterns)."""
         t = self.tensors[name]
-        if self._map is None:
-            with open(self.path, "rb") as f:
-                self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-        if len(self._map) < t.end:
-            raise _fail(self.path, f"tensor {name!r}: file shrank below byte {t.end} since it was opened")
+        try:
+            if self._map is None:
+                self._fd = os.open(self.path, os.O_RDONLY)
+                self._map = mmap.mmap(self._fd, 0, access=mmap.ACCESS_READ) if t.end else None
+            # Re-checked on every access: a page past the end of a file truncated under a live mapping raises
+            # SIGBUS when touched, and the tail of the last page reads as zeros. Neither must reach the caller.
+            assert self._fd is not None
+            size = os.fstat(self._fd).st_size
+        except (OSError, ValueError) as e:
+            raise _fail(self.path, f"tensor {name!r}: cannot map: {getattr(e, 'strerror', None) or e}") from None
+        if size < t.end or (self._map is not None and len(self._map) < t.end):
+            raise _fail(
+                self.path,
+                f"tensor {name!r}: the file is now {size} bytes but the tensor ends at byte {t.end}"
+                " (truncated after it was opened)",
+            )
         dt = STORAGE[t.dtype]
+        if self._map is None:  # only zero-byte tensors before any mapping exists
+            return np.zeros(t.shape, dtype=dt)
         return np.frombuffer(self._map, dtype=dt, count=t.numel, offset=t.begin).reshape(t.shape)
+
+    def close(self) -> None:
+        """Drop the mapping; arrays already handed out keep it alive until they are freed."""
+        self._map = None
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
     def release(self, name: str) -> None:
         """Drop tensor ``name``'s pages from this process's resident memory (``MADV_DONTNEED``); they stay in the
