@@ -2,13 +2,12 @@
 
 import json
 import os
-import subprocess
-from types import SimpleNamespace
+import sys
 
 import pytest
 
 from fs_agent import AgentError, ApprovalDecision, EffectReceipt, ReceiptStore, ToolAction, ToolPolicy, Workspace
-from fs_agent import workspace as workspace_module
+from fs_agent.confined import ConfinedRoot
 
 
 @pytest.fixture
@@ -140,31 +139,18 @@ def test_denials_and_approval_decisions(root):
     )
 
 
-def test_commands_allowlist_and_receipts(root, monkeypatch):
-    w = ws(root, allowed_commands=(("python", "-c", "print(1)"),))
-    assert (
-        w.execute(ToolAction("run_command", {"argv": ["python", "-c", "print(2)"]})) == "error: command is not allowed"
-    )
-    calls = []
-
-    def fake_run(argv, **kw):
-        calls.append((argv, kw["cwd"]))
-        return SimpleNamespace(returncode=3, stdout="focused ", stderr="fail\n")
-
-    monkeypatch.setattr(workspace_module.subprocess, "run", fake_run)
-    r = w.execute(ToolAction("run_command", {"argv": ["python", "-c", "print(1)"]}))
-    assert r == "status: 3\noutput:\nfocused fail\n" and calls == [(["python", "-c", "print(1)"], root.resolve())]
+def test_commands_allowlist_and_receipts(root):
+    script = "import os,sys; print(os.getcwd(), flush=True); sys.stderr.write('fail\\n'); sys.exit(3)"
+    py = sys.executable
+    w = ws(root, allowed_commands=((py, "-c", script), (py, "-c", "import time; time.sleep(30)")))
+    w.policy = ToolPolicy(root, allowed_commands=w.policy.allowed_commands, command_timeout_seconds=1)
+    assert w.execute(ToolAction("run_command", {"argv": [py, "-c", "print(2)"]})) == "error: command is not allowed"
+    r = w.execute(ToolAction("run_command", {"argv": [py, "-c", script]}))
+    assert r == f"status: 3\noutput:\n{root.resolve()}\nfail\n"  # cwd is the root; stderr interleaved
     rec = w.receipt_store.get("call-2")  # call-1 was consumed by the refused attempt
     assert rec.exit_state == "error" and rec.changed_artifacts == ()
-
-    def slow(argv, **kw):
-        raise subprocess.TimeoutExpired(argv, 1, output=b"partial", stderr=None)
-
-    monkeypatch.setattr(workspace_module.subprocess, "run", slow)
-    assert (
-        w.execute(ToolAction("run_command", {"argv": ["python", "-c", "print(1)"]}))
-        == "status: timeout\noutput:\npartial"
-    )
+    r = w.execute(ToolAction("run_command", {"argv": [py, "-c", "import time; time.sleep(30)"]}))
+    assert r == "status: timeout\noutput:\n" and w.receipt_store.get("call-3").exit_state == "error"
 
 
 def test_idempotent_call_ids_and_receipt_log_format(root):
@@ -203,19 +189,30 @@ def test_tampered_receipt_log_is_refused(root):
         ReceiptStore(log)
 
 
-def test_oversized_files_and_commit_seam(root, monkeypatch):
+def test_oversized_files_and_a_failed_rename_is_finished_on_restart(root, monkeypatch):
     (root / "big.txt").write_text("x" * 70000)
-    w = ws(root, allow_writes=True)
+    log = root / "receipts.jsonl"
+    w = Workspace(ToolPolicy(root, allow_writes=True), lambda a: True, ReceiptStore(log))
     assert w.execute(ToolAction("read_file", {"path": "big.txt"})) == "error: file exceeds 65536 bytes"
     w.read_file("app.py")
-    seen = []
 
-    def broken(src, dst):
-        seen.append((src.parent, dst.parent))
+    def broken(self, key, parts):
         raise OSError("disk full")
 
-    monkeypatch.setattr(workspace_module.os, "replace", broken)
+    monkeypatch.setattr(ConfinedRoot, "publish", broken)
     r = w.execute(ToolAction("write_file", {"path": "app.py", "content": "new"}))
-    assert r == "error: could not replace file: disk full" and seen == [(root.resolve(), root.resolve())]
-    assert (root / "app.py").read_text() == "answer = 1\n"
-    assert sorted(os.listdir(root)) == [".env", "app.py", "big.txt", "key.pem", "src"]  # no temp file left
+    assert r == "error: could not replace file: disk full; it is retried on the next start"
+    assert (root / "app.py").read_text() == "answer = 1\n"  # not yet visible, but the receipt promises it
+    assert sorted(os.listdir(root)) == [
+        ".env",
+        ".fs-agent",
+        "app.py",
+        "big.txt",
+        "key.pem",
+        "receipts.jsonl",
+        "receipts.jsonl.head",
+        "src",
+    ]  # no temp file in the visible tree
+    monkeypatch.undo()
+    Workspace(ToolPolicy(root, allow_writes=True), lambda a: True, ReceiptStore(log))  # recovery on start
+    assert (root / "app.py").read_text() == "new" and os.listdir(root / ".fs-agent" / "staged") == []

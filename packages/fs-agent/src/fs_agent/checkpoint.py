@@ -107,17 +107,22 @@ def save_agent_checkpoint(cp: AgentCheckpoint, path: Any) -> None:
         "model": cp.model.to_dict(),
     }
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        json.dump(body, f, sort_keys=True, indent=2)
-    os.replace(tmp, target)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(body, f, sort_keys=True, indent=2)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def load_agent_checkpoint(path: Any) -> AgentCheckpoint:
     """Read a checkpoint file and re-verify its identity."""
-    from pathlib import Path
 
+    from fs_weights.jsonfile import read_json
+
+    d = read_json(path, AgentError)
     try:
-        d = json.loads(Path(path).read_text(encoding="utf-8"))
         model = ModelCheckpoint(
             d["model"]["conversation_position"],
             d["model"]["response_index"],
@@ -125,7 +130,10 @@ def load_agent_checkpoint(path: Any) -> AgentCheckpoint:
             tuple(d["model"]["layer_offsets"]),
         )
         cp = AgentCheckpoint(d["checkpoint_id"], d["task"], tuple(tuple(m) for m in d["messages"]), model)
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise AgentError(f"could not load checkpoint: {e}") from None
-    cp.validate()
+    except (ValueError, KeyError, TypeError) as e:
+        raise AgentError(f"{path}: not a valid checkpoint: {type(e).__name__}: {e}") from None
+    try:
+        cp.validate()
+    except UnicodeError:
+        raise AgentError(f"{path}: checkpoint text holds an unpaired surrogate") from None
     return cp

@@ -2,6 +2,7 @@
 
 import argparse
 import json
+import re
 import shlex
 import shutil
 import sys
@@ -10,15 +11,22 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from fs_kvcache import load_prompt_cache, save_prompt_cache
+from fs_generate import GenerateError
+from fs_kvcache import KVCacheError, identity_string, load_prompt_cache, save_prompt_cache
+from fs_model import ModelError
+from fs_tokenizer import TokenizerError
+from fs_weights import WeightsError
+from fs_weights.command_line import positive_int, run_main
+from fs_weights.jsonfile import read_json
 
 from .branching import KvPrefixGenerator, run_branch, select_branch
 from .checkpoint import load_agent_checkpoint, save_agent_checkpoint
+from .confined import STATE_DIR
 from .evaluation import EvaluationCase, FileExpectation, ReceiptExpectation, ResultExpectation
 from .generation import generate_response
 from .loop import AgentEvent, AgentLimits, run_agent, run_to_checkpoint
 from .protocol import AgentError, ToolAction, action_json
-from .receipts import ReceiptStore
+from .receipts import ReceiptStore, repair_log
 from .task_packages import PackageError, grade_package
 from .workspace import ApprovalDecision, ToolPolicy, Workspace
 
@@ -52,18 +60,37 @@ def ask(stdin: TextIO, out: TextIO) -> Any:
     return confirm
 
 
+DEFAULT_RECEIPT_LOG = f"{STATE_DIR}/receipts.jsonl"  # inside the root, under the name no tool can reach
+BRANCH_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+BRANCH_MARK = f"{STATE_DIR}/branch"  # written into every branch directory fs creates; --overwrite requires it
+
+
 def _workspace(args: argparse.Namespace, root: Path, stdin: TextIO, out: TextIO) -> Workspace:
     commands = tuple(tuple(shlex.split(c)) for c in args.allow_command)
-    policy = ToolPolicy(root, allow_writes=args.allow_writes, allowed_commands=commands)
-    log = None
-    if args.receipt_log:
-        rel = PurePosixPath(args.receipt_log)
-        if rel.is_absolute() or ".." in rel.parts:
-            raise ValueError("--receipt-log must be a workspace-relative path without '..'")
-        log = root / rel
-        if not log.parent.is_dir():
-            raise ValueError(f"--receipt-log: parent directory {log.parent} does not exist")
+    try:
+        policy = ToolPolicy(
+            root, allow_writes=args.allow_writes, allowed_commands=commands, pass_env=tuple(args.pass_env)
+        )
+    except ValueError as e:
+        raise AgentError(f"--root {root}: {e}") from None
+    rel = PurePosixPath(args.receipt_log or DEFAULT_RECEIPT_LOG)
+    if rel.is_absolute() or ".." in rel.parts or not rel.parts:
+        raise AgentError("--receipt-log must be a workspace-relative path without '..'")
+    log = policy.root / rel
+    if str(rel) == DEFAULT_RECEIPT_LOG:
+        log.parent.mkdir(mode=0o700, exist_ok=True)
+    if not log.parent.is_dir() or log.parent.is_symlink():
+        raise AgentError(f"--receipt-log: parent directory {log.parent} does not exist")
     return Workspace(policy, confirm_tool=ask(stdin, out), receipt_store=ReceiptStore(log))
+
+
+def _prefix_identity(checkpoint_id: str, model: Any, tok: Any) -> str:
+    """What a saved prefix is only valid for: this checkpoint, these weights, this tokenizer."""
+    return identity_string(
+        checkpoint=checkpoint_id,
+        weights=getattr(model, "weights_digest", ""),
+        tokenizer=getattr(tok, "digest", ""),
+    )
 
 
 def _load(args: argparse.Namespace) -> tuple[Any, Any]:
@@ -101,11 +128,10 @@ def cmd_run(args: argparse.Namespace, stdin: TextIO, out: TextIO) -> int:
         save_agent_checkpoint(cp, run_dir / "checkpoint.json")
         state = first.prefix.prefix_state
         if state is not None and all(isinstance(k, np.ndarray) for k, _ in state[1]):
-            save_prompt_cache(run_dir / "prefix.safetensors", list(state[0]), list(state[1]), cp.checkpoint_id)
-        (run_dir / "run.json").write_text(
-            json.dumps({"root": str(ws.policy.root), "model": args.model, "receipt_log": args.receipt_log}, indent=2)
-            + "\n"
-        )
+            identity = _prefix_identity(cp.checkpoint_id, model, tok)
+            save_prompt_cache(run_dir / "prefix.safetensors", list(state[0]), list(state[1]), identity)
+        meta = {"root": str(ws.policy.root), "model": args.model, "receipt_log": args.receipt_log}
+        atomic_write_text(run_dir / "run.json", json.dumps(meta, indent=2) + "\n")
         print(f"checkpoint> {cp.checkpoint_id} saved in {run_dir}", file=out)
         return 0
     run = run_agent(
@@ -141,42 +167,107 @@ class _FirstRun:
         return self.prefix.save_checkpoint(messages)
 
 
+CASE_FIELDS: dict[str, tuple[type, set[str], set[str]]] = {  # list key -> (class, required, optional fields)
+    "files": (FileExpectation, {"path", "content"}, set()),
+    "results": (ResultExpectation, {"tool", "contains"}, set()),
+    "receipts": (ReceiptExpectation, {"tool_call_id", "tool", "exit_state", "result_contains"}, {"changed_artifacts"}),
+}
+
+
 def _case(path: str) -> EvaluationCase:
-    d = json.loads(Path(path).read_text(encoding="utf-8"))
-    return EvaluationCase(
-        d["final_contains"],
-        tuple(FileExpectation(**f) for f in d.get("files", [])),
-        tuple(ResultExpectation(**r) for r in d.get("results", [])),
-        tuple(
-            ReceiptExpectation(**{**r, "changed_artifacts": tuple(r.get("changed_artifacts", ()))})
-            for r in d.get("receipts", [])
-        ),
-    )
+    """An evaluation case file, every key and type checked (errors name the file and the key)."""
+    d = read_json(path, AgentError)
+    if not isinstance(d, dict) or not isinstance(d.get("final_contains"), str):
+        raise AgentError(f"{path}: must be an object with a string 'final_contains'")
+    unknown = set(d) - {"final_contains", *CASE_FIELDS}
+    if unknown:
+        raise AgentError(f"{path}: unknown keys {sorted(unknown)}")
+    parts: dict[str, tuple[Any, ...]] = {}
+    for key, (cls, required, optional) in CASE_FIELDS.items():
+        items = d.get(key, [])
+        if not isinstance(items, list):
+            raise AgentError(f"{path}: {key!r} must be a list")
+        built = []
+        for i, item in enumerate(items):
+            if not isinstance(item, dict) or not required <= set(item) <= required | optional:
+                want = ", ".join(sorted(required)) + (f" (optional {', '.join(sorted(optional))})" if optional else "")
+                raise AgentError(f"{path}: {key}[{i}] must be an object with keys {want}, got {item!r:.80}")
+            if "changed_artifacts" in item:
+                if not isinstance(item["changed_artifacts"], list):
+                    raise AgentError(f"{path}: {key}[{i}].changed_artifacts must be a list")
+                item = {**item, "changed_artifacts": tuple(item["changed_artifacts"])}
+            try:
+                built.append(cls(**item))
+            except (ValueError, TypeError) as e:
+                raise AgentError(f"{path}: {key}[{i}]: {e}") from None
+        parts[key] = tuple(built)
+    return EvaluationCase(d["final_contains"], parts["files"], parts["results"], parts["receipts"])
+
+
+def _run_meta(run_dir: Path) -> dict[str, Any]:
+    path = run_dir / "run.json"
+    d = read_json(path, AgentError)
+    ok = isinstance(d, dict) and isinstance(d.get("root"), str) and isinstance(d.get("model"), str)
+    if not ok or not isinstance(d.get("receipt_log"), str | None):
+        raise AgentError(f"{path}: must be an object with string 'root' and 'model' (and 'receipt_log' or null)")
+    return d
+
+
+def _branch_dir(run_dir: Path, name: str, overwrite: bool) -> Path:
+    """A fresh directory for branch ``name`` inside ``run_dir/branches``; an existing one only with ``overwrite``, and
+    only if fs made it (its mark is there) - never a path outside ``branches/``."""
+    if not BRANCH_NAME.fullmatch(name) or name in (".", ".."):
+        raise AgentError(
+            f"branch name {name!r} must be 1-64 letters, digits, '_', '.', '-', starting with a letter or digit"
+        )
+    branches = run_dir / "branches"
+    if branches.is_symlink() or (branches.exists() and not branches.is_dir()):
+        raise AgentError(f"{branches} is not a directory fs created")
+    branches.mkdir(exist_ok=True)
+    bdir = branches / name
+    if bdir.is_symlink() or bdir.exists():
+        mark = bdir / BRANCH_MARK
+        if not overwrite:
+            raise AgentError(f"branch {name!r} already exists ({bdir}); pass --overwrite to replace it")
+        if bdir.is_symlink() or not bdir.is_dir() or mark.is_symlink() or not mark.is_file():
+            raise AgentError(f"{bdir} was not created by fs-agent fork (no {BRANCH_MARK}); refusing to remove it")
+        shutil.rmtree(bdir)
+    return bdir
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
 
 
 def cmd_fork(args: argparse.Namespace, stdin: TextIO, out: TextIO) -> int:
     run_dir = Path(args.run_dir)
-    meta = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
+    meta = _run_meta(run_dir)
     cp = load_agent_checkpoint(run_dir / "checkpoint.json")
+    case = _case(args.case)
+    specs = [spec.partition("=") for spec in args.branch]
+    for name, _, _ in specs:  # every name checked before any model is loaded or directory touched
+        if not BRANCH_NAME.fullmatch(name):
+            _branch_dir(run_dir, name, args.overwrite)
     args.model = args.model or meta["model"]
     model, tok = _load(args)
     base = KvPrefixGenerator(model, tok, args.max_tokens, args.enable_thinking)
     if (run_dir / "prefix.safetensors").exists() and args.backend == "numpy":
-        tokens, kv, _ = load_prompt_cache(run_dir / "prefix.safetensors", cp.checkpoint_id)
+        identity = _prefix_identity(cp.checkpoint_id, model, tok)
+        tokens, kv, _ = load_prompt_cache(run_dir / "prefix.safetensors", identity)
         if tuple(tokens) != cp.model.cached_token_ids:
             raise AgentError("prefix.safetensors does not hold the checkpoint's tokens")
         base.adopt_prefix(cp.model, kv)
         print(f"prefix> loaded {len(tokens)} cached tokens from prefix.safetensors (no prefill)", file=out)
     elif base.save_checkpoint(cp.message_dicts()) != cp.model:
         raise AgentError("the saved checkpoint's tokens do not match this model and tokenizer")
-    case = _case(args.case)
     outcomes = []
-    for spec in args.branch:
-        name, _, steering = spec.partition("=")
-        bdir = run_dir / "branches" / name
-        if bdir.exists():
-            shutil.rmtree(bdir)
-        shutil.copytree(meta["root"], bdir)
+    for name, _, steering in specs:
+        bdir = _branch_dir(run_dir, name, args.overwrite)
+        shutil.copytree(meta["root"], bdir, symlinks=True)
+        (bdir / STATE_DIR).mkdir(mode=0o700, exist_ok=True)
+        (bdir / BRANCH_MARK).write_text(name + "\n")
         args.receipt_log = args.receipt_log or meta["receipt_log"]
         ws = _workspace(args, bdir, stdin, out)
         outcome = run_branch(
@@ -229,40 +320,70 @@ def parser() -> argparse.ArgumentParser:
     for name in ("run", "fork", "eval"):
         p = sub.add_parser(name)
         p.add_argument("--backend", choices=["numpy", "mlx"], default="numpy")
-        p.add_argument("--max-tokens", type=int, default=256)
-        p.add_argument("--max-steps", type=int, default=8)
+        p.add_argument("--max-tokens", type=positive_int, default=256)
+        p.add_argument("--max-steps", type=positive_int, default=8)
         p.add_argument("--enable-thinking", action="store_true")
         if name in ("run", "fork"):
             p.add_argument("--allow-writes", action="store_true")
             p.add_argument("--allow-command", action="append", default=[], help="an exact command line (shlex)")
-            p.add_argument("--receipt-log", help="workspace-relative path of the receipts.jsonl log")
+            p.add_argument(
+                "--receipt-log",
+                help=f"workspace-relative path of the receipt log (default {DEFAULT_RECEIPT_LOG}); "
+                "no tool can read or write it",
+            )
+            p.add_argument(
+                "--pass-env",
+                action="append",
+                default=[],
+                metavar="NAME",
+                help="let commands see this environment variable (they get only PATH, HOME=root, LANG otherwise)",
+            )
     run, fork, ev = sub.choices["run"], sub.choices["fork"], sub.choices["eval"]
     run.add_argument("--root", required=True)
     run.add_argument("--model", required=True, help="model directory or Hugging Face id")
     run.add_argument("--save-run", help="stop at a tool boundary and save checkpoint.json + run.json here")
-    run.add_argument("--checkpoint-after", type=int, default=1, help="tool calls before the checkpoint")
+    run.add_argument("--checkpoint-after", type=positive_int, default=1, help="tool calls before the checkpoint")
     run.add_argument("task", nargs="+")
     fork.add_argument("run_dir")
     fork.add_argument("--model")
     fork.add_argument("--branch", action="append", required=True, help="NAME=steering text (repeatable)")
     fork.add_argument("--case", required=True, help="evaluation case JSON (final_contains, files, results, receipts)")
     fork.add_argument("--select", help="the branch to select (must pass)")
+    fork.add_argument("--overwrite", action="store_true", help="replace branch directories an earlier fork created")
     ev.add_argument("package", help="evaluation package directory (task.json, workspace/, held_out_tests/)")
     ev.add_argument("--model", help="run the agent with this model; without it, grade the untouched baseline")
+    rc = sub.add_parser("receipts", help="verify a receipt log, or drop its torn last line")
+    rc.add_argument("action", choices=["verify", "repair"])
+    rc.add_argument("log", help="path of the receipt log")
     return ap
+
+
+def cmd_receipts(args: argparse.Namespace, stdin: TextIO, out: TextIO) -> int:
+    log = Path(args.log)
+    if args.action == "repair":
+        print(f"receipts> dropped {repair_log(log)} bytes of a torn last line", file=out)
+    store = ReceiptStore(log)
+    print(f"receipts> {log}: {len(store.all())} receipts, chain and anchor verified", file=out)
+    return 0
+
+
+KNOWN_ERRORS = (
+    AgentError,
+    PackageError,
+    GenerateError,
+    KVCacheError,
+    ModelError,
+    TokenizerError,
+    WeightsError,
+    OSError,
+)
+COMMANDS = {"run": cmd_run, "fork": cmd_fork, "eval": cmd_eval, "receipts": cmd_receipts}
 
 
 def main(argv: list[str] | None = None, stdin: TextIO | None = None, out: TextIO | None = None) -> int:
     args = parser().parse_args(argv)
     stdin, out = stdin or sys.stdin, out or sys.stdout
-    try:
-        return {"run": cmd_run, "fork": cmd_fork, "eval": cmd_eval}[args.cmd](args, stdin, out)
-    except PackageError as e:
-        print(f"fs-agent: invalid package: {e}", file=sys.stderr)
-        return 2
-    except (AgentError, ValueError, OSError) as e:
-        print(f"fs-agent: error: {e}", file=sys.stderr)
-        return 2
+    return run_main("fs-agent", lambda: COMMANDS[args.cmd](args, stdin, out), KNOWN_ERRORS)
 
 
 if __name__ == "__main__":

@@ -130,7 +130,7 @@ def evaluate_run(run: AgentRun, workspace: Workspace, receipts: ReceiptStore, ca
     checks.append(EvaluationCheck("final", ok, "required final observed" if ok else "required final not observed"))
     for f in case.files:
         try:
-            data = workspace.resolve_path(f.path).read_bytes().decode("utf-8")
+            data = workspace.file_bytes(f.path).decode("utf-8")
             same = data == f.content
             checks.append(
                 EvaluationCheck(f"file:{f.path}", same, "content matches" if same else "content does not match")

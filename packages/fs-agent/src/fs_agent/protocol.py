@@ -31,11 +31,32 @@ TOOL_FIELDS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
 }
 
 
+def check_text(value: Any, what: str) -> None:
+    """Refuse a lone surrogate anywhere in ``value`` (JSON's ``"\\ud800"`` decodes to one): it cannot be written as
+    UTF-8, so it would otherwise crash the first encode deep inside an effect."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, str):
+            try:
+                v.encode("utf-8")
+            except UnicodeEncodeError as e:
+                raise AgentError(f"{what} holds an unpaired surrogate at index {e.start} (not valid Unicode)") from None
+        elif isinstance(v, dict):
+            stack.extend(v.keys())
+            stack.extend(v.values())
+        elif isinstance(v, list | tuple):
+            stack.extend(v)
+
+
 def parse_action(response: str, available_tools: Any = None) -> FinalAction | ToolAction:
     try:
         data = json.loads(response)
     except (json.JSONDecodeError, TypeError) as e:
         raise AgentError(f"response is not valid JSON: {e}") from None
+    except RecursionError:
+        raise AgentError("response is JSON nested too deeply") from None
+    check_text(data, "response")
     if not isinstance(data, dict):
         raise AgentError("response must be a JSON object")
     if "final" in data:

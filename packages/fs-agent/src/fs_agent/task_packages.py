@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from fs_weights.jsonfile import check_depth
+
 ID_RE = re.compile(r"[a-z0-9_-]{1,128}")
 IDENT_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 CHECK_FIELDS = {
@@ -39,9 +41,13 @@ def _strict_json(path: Path) -> Any:
         raise PackageError(f"{path.name}: non-finite number {name}")
 
     try:
-        return json.loads(path.read_bytes().decode("utf-8"), object_pairs_hook=no_dupes, parse_constant=no_constants)
+        value = json.loads(path.read_bytes().decode("utf-8"), object_pairs_hook=no_dupes, parse_constant=no_constants)
+    except RecursionError:
+        raise PackageError(f"{path.name}: JSON nested too deeply") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise PackageError(f"{path.name}: not strict UTF-8 JSON: {e}") from None
+    check_depth(value, path.name, PackageError)
+    return value
 
 
 def _rel(raw: Any, what: str) -> str:

@@ -1,19 +1,31 @@
-"""A confined workspace whose effects need approval and leave receipts."""
+"""A confined workspace whose effects need approval and leave receipts.
 
+Reads and writes go through ``ConfinedRoot`` (confined.py: descriptor-relative, no symlink followed, no hard link
+accepted); commands through commands.py (explicit environment, own process group). An effect is staged, its receipt
+appended, and only then made visible by a rename; a crash in between is rolled forward on the next start (the
+staged bytes and the receipt both exist) or rolled back (no receipt: the staged file is deleted). So after any
+crash a changed file has a receipt and a receipt's file is changed, and no temporary file is ever in the visible
+tree (docs/security.md).
+"""
+
+import contextlib
 import hashlib
 import math
 import os
-import subprocess
-import tempfile
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from .protocol import AgentError, ToolAction
-from .receipts import EffectReceipt, ReceiptStore
+from fs_weights.safetensors import current_umask
 
-PROTECTED = {".aws", ".env", ".git", ".ssh", "credentials", "id_ed25519", "id_rsa"}
+from .commands import command_env, run_confined
+from .confined import STATE_DIR, ConfinedRoot
+from .protocol import AgentError, ToolAction, check_text
+from .receipts import EffectReceipt, ReceiptStore, anchor_path
+
+PROTECTED = {".aws", ".env", ".git", ".ssh", "credentials", "id_ed25519", "id_rsa", STATE_DIR}
 MAX_COMMAND_OUTPUT = 16_000
 
 
@@ -30,6 +42,7 @@ class ToolPolicy:
     allowed_commands: tuple[tuple[str, ...], ...] = ()
     max_write_bytes: int = 65536
     command_timeout_seconds: float = 30.0
+    pass_env: tuple[str, ...] = ()  # environment variables commands may see beyond PATH, HOME, LANG
 
     def __post_init__(self) -> None:
         root = Path(self.root)
@@ -53,6 +66,10 @@ class ToolPolicy:
             raise ValueError("allowed commands must be a tuple of tuples")
         if not all(c and all(isinstance(a, str) and a and "\0" not in a for a in c) for c in self.allowed_commands):
             raise ValueError("allowed commands must contain non-empty strings without NUL")
+        if not isinstance(self.pass_env, tuple) or not all(
+            isinstance(n, str) and n and "=" not in n and "\0" not in n for n in self.pass_env
+        ):
+            raise ValueError("pass_env must be a tuple of environment variable names")
         object.__setattr__(self, "root", resolved)
 
 
@@ -75,6 +92,11 @@ def is_protected(name: str) -> bool:
     return n in PROTECTED or n.startswith(".env.") or n.endswith((".key", ".pem"))
 
 
+def staged_key(call_id: str) -> str:
+    """The staged file of a tool call: a fixed-length name whatever the call id holds."""
+    return hashlib.sha256(call_id.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+
 @dataclass
 class Workspace:
     policy: ToolPolicy
@@ -83,6 +105,30 @@ class Workspace:
     _observed: dict[str, str] = field(default_factory=dict, repr=False)
     _modified: set[str] = field(default_factory=set, repr=False)
     _next_call: int = field(default=1, repr=False)
+
+    def __post_init__(self) -> None:
+        self.fs = ConfinedRoot(self.policy.root)
+        self._log_parts: set[tuple[str, ...]] = set()
+        log = self.receipt_store.path
+        if log is not None:  # the log and its anchor are never tool-visible, wherever they are in the tree
+            for p in (Path(log), anchor_path(Path(log))):
+                with contextlib.suppress(ValueError):  # a log outside the root needs no hiding
+                    self._log_parts.add(Path(os.path.realpath(p)).relative_to(self.policy.root).parts)
+        self.recover()
+
+    def recover(self) -> list[str]:
+        """Finish or undo the effects a crash interrupted: a staged file whose call has a receipt is renamed into
+        place (the receipt promised it); one without is deleted. Returns what was rolled forward."""
+        by_key = {staged_key(r.tool_call_id): r for r in self.receipt_store.all() if r.changed_artifacts}
+        done = []
+        for key in self.fs.staged():
+            r = by_key.get(key)
+            if r is not None and r.exit_state == "ok":
+                self.fs.publish(key, self.parts(r.changed_artifacts[0]))
+                done.append(r.changed_artifacts[0])
+            else:
+                self.fs.discard(key)
+        return done
 
     @property
     def available_tools(self) -> frozenset[str]:
@@ -99,148 +145,136 @@ class Workspace:
 
     # --- paths ----------------------------------------------------------------------------------------------
 
-    def resolve_path(self, raw: Any, *, must_exist: bool = True) -> Path:
+    def parts(self, raw: Any) -> tuple[str, ...]:
+        """The validated components of a workspace-relative path (``()`` is the root itself)."""
         if not isinstance(raw, str) or not raw.strip():
             raise AgentError("path must be a non-empty string")
+        check_text(raw, "path")
         pure = PurePosixPath(raw)
         if pure.is_absolute() or raw.startswith("\\") or ".." in pure.parts or "\0" in raw:
             raise AgentError("path must be relative and stay in the workspace")
-        parts = [p for p in pure.parts if p not in ("", ".")]
-        if any(is_protected(p) for p in parts):
+        parts = tuple(p for p in pure.parts if p not in ("", "."))
+        if any(is_protected(p) for p in parts) or parts in self._log_parts:
             raise AgentError("path is not accessible")
-        root = self.policy.root
-        cur = root
-        for p in parts:
-            cur = cur / p
-            if cur.is_symlink():
-                raise AgentError("symlinks are not accessible")
-        try:
-            resolved = cur.resolve(strict=must_exist)
-        except (OSError, RuntimeError):
-            raise AgentError("path is not accessible") from None
-        if resolved != root and root not in resolved.parents:
-            raise AgentError("path is not accessible")
-        return resolved
+        return parts
 
-    def _rel(self, p: Path) -> str:
-        rel = p.relative_to(self.policy.root).as_posix()
-        return rel
+    def file_bytes(self, raw: str) -> bytes:
+        """A file's bytes, confined as every read is (evaluation reads evidence through this)."""
+        return self.fs.read(self._file_parts(raw), self.policy.max_file_bytes)[0]
+
+    def _file_parts(self, raw: Any) -> tuple[str, ...]:
+        parts = self.parts(raw)
+        if not parts:
+            raise AgentError("path is not a regular file")
+        return parts
 
     # --- read-only tools ------------------------------------------------------------------------------------
 
     def list_files(self, raw: str = ".") -> str:
-        d = self.resolve_path(raw)
-        if not d.is_dir():
-            raise AgentError("path is not a directory")
+        parts = self.parts(raw)
         lines = []
-        try:
-            for entry in sorted(d.iterdir(), key=lambda e: e.name):
-                if entry.is_symlink() or is_protected(entry.name):
-                    continue
-                if entry.is_file():
-                    lines.append(f"file {self._rel(entry)}")
-                elif entry.is_dir():
-                    lines.append(f"dir {self._rel(entry)}")
-                else:
-                    continue
-                if len(lines) >= self.policy.max_list_entries:
-                    break
-        except OSError as e:
-            raise AgentError(f"could not list path: {e}") from None
+        for name, kind in self.fs.entries(parts):
+            if is_protected(name) or (*parts, name) in self._log_parts:
+                continue
+            lines.append(f"{kind} {'/'.join((*parts, name))}")
+            if len(lines) >= self.policy.max_list_entries:
+                break
         return "\n".join(lines) if lines else "(empty directory)"
 
-    def _read_bytes(self, p: Path) -> bytes:
-        limit = self.policy.max_file_bytes
-        try:
-            if p.stat().st_size > limit:
-                raise AgentError(f"file exceeds {limit} bytes")
-            data = p.read_bytes()
-        except OSError as e:
-            raise AgentError(f"could not read file: {e}") from None
-        if len(data) > limit:
-            raise AgentError(f"file exceeds {limit} bytes")
-        return data
-
     def read_file(self, raw: str) -> str:
-        p = self.resolve_path(raw)
-        if not p.is_file():
-            raise AgentError("path is not a regular file")
-        data = self._read_bytes(p)
+        parts = self._file_parts(raw)
+        data, _ = self.fs.read(parts, self.policy.max_file_bytes)
         try:
             text = data.decode("utf-8")
         except UnicodeDecodeError:
             raise AgentError("file is not valid UTF-8") from None
-        self._observed[self._rel(p)] = hashlib.sha256(data).hexdigest()
+        self._observed["/".join(parts)] = hashlib.sha256(data).hexdigest()
         return text
 
     # --- effects --------------------------------------------------------------------------------------------
 
-    def _check_observed(self, p: Path) -> None:
-        if not p.is_file():
-            raise AgentError("path is not a regular file")
-        rel = self._rel(p)
+    def _current(self, parts: tuple[str, ...]) -> tuple[bytes, int]:
+        """The existing file's bytes and mode, refused unless read first and unchanged since."""
+        rel = "/".join(parts)
         if rel not in self._observed:
             raise AgentError("read the existing file before changing it")
-        data = self._read_bytes(p)
+        data, st = self.fs.read(parts, self.policy.max_file_bytes)
         if hashlib.sha256(data).hexdigest() != self._observed[rel]:
             raise AgentError("file changed since it was read")
         try:
             data.decode("utf-8")
         except UnicodeDecodeError:
             raise AgentError("file is not valid UTF-8") from None
+        return data, stat.S_IMODE(st.st_mode)
 
-    def _prepare_write(self, raw: str, content: str) -> tuple[Path, bytes]:
+    def _prepare_write(self, raw: str, content: str) -> tuple[tuple[str, ...], bytes, int]:
         if not self.policy.allow_writes:
             raise AgentError("writes are not enabled")
-        p = self.resolve_path(raw, must_exist=False)
-        if p.exists() or p.is_symlink():
-            self._check_observed(p)
-        elif not p.parent.is_dir():
-            raise AgentError("parent directory does not exist")
+        parts = self._file_parts(raw)
+        if self.fs.lstat(parts) is not None:
+            _, mode = self._current(parts)
+        else:
+            parent = self.fs.lstat(parts[:-1])
+            if parent is None or not stat.S_ISDIR(parent.st_mode):
+                raise AgentError("parent directory does not exist")
+            mode = 0o666 & ~current_umask()
+        check_text(content, "content")
         data = content.encode("utf-8")
         if len(data) > self.policy.max_write_bytes:
             raise AgentError(f"write exceeds {self.policy.max_write_bytes} bytes")
-        return p, data
+        return parts, data, mode
 
-    def _prepare_edit(self, raw: str, old: str, new: str) -> tuple[Path, bytes]:
+    def _prepare_edit(self, raw: str, old: str, new: str) -> tuple[tuple[str, ...], bytes, int]:
         if not self.policy.allow_writes:
             raise AgentError("writes are not enabled")
-        p = self.resolve_path(raw)
-        self._check_observed(p)
-        text = p.read_bytes().decode("utf-8")
+        parts = self._file_parts(raw)
+        data, mode = self._current(parts)
+        check_text(old, "old")
+        check_text(new, "new")
+        text = data.decode("utf-8")
         if not old or text.count(old) != 1:
             raise AgentError("old text must occur exactly once")
-        data = text.replace(old, new, 1).encode("utf-8")
-        if len(data) > self.policy.max_write_bytes:
+        out = text.replace(old, new, 1).encode("utf-8")
+        if len(out) > self.policy.max_write_bytes:
             raise AgentError(f"write exceeds {self.policy.max_write_bytes} bytes")
-        return p, data
+        return parts, out, mode
 
-    def _commit(self, p: Path, data: bytes) -> None:
-        tmp: Path | None = None
+    def _commit(self, call_id: str, parts: tuple[str, ...], data: bytes, mode: int, receipt: EffectReceipt) -> None:
+        """Stage, record, publish - in that order (see the module docstring)."""
+        key = staged_key(call_id)
         try:
-            with tempfile.NamedTemporaryFile(dir=p.parent, delete=False, prefix=f".{p.name}.", suffix=".tmp") as f:
-                tmp = Path(f.name)
-                f.write(data)
-            os.replace(tmp, p)
-            tmp = None
+            self.fs.stage(key, data, mode)
         except OSError as e:
-            raise AgentError(f"could not replace file: {e}") from None
-        finally:
-            if tmp is not None:
-                tmp.unlink(missing_ok=True)
-        rel = self._rel(p)
+            raise AgentError(f"could not stage file: {e.strerror or e}") from None
+        try:
+            self.receipt_store.put(receipt)
+        except BaseException:
+            self.fs.discard(key)
+            raise
+        try:
+            self.fs.publish(key, parts)
+        except OSError as e:  # the receipt exists: the next start retries the rename (recover)
+            raise AgentError(f"could not replace file: {e.strerror or e}; it is retried on the next start") from None
+        rel = "/".join(parts)
         self._observed[rel] = hashlib.sha256(data).hexdigest()
         self._modified.add(rel)
 
-    def write_file(self, raw: str, content: str) -> str:
-        p, data = self._prepare_write(raw, content)
-        self._commit(p, data)
-        return f"wrote {self._rel(p)}"
+    def write_file(self, raw: str, content: str, call_id: str | None = None) -> str:
+        return self._effect("write_file", {"path": raw, "content": content}, call_id)
 
-    def edit_file(self, raw: str, old: str, new: str) -> str:
-        p, data = self._prepare_edit(raw, old, new)
-        self._commit(p, data)
-        return f"edited {self._rel(p)}"
+    def edit_file(self, raw: str, old: str, new: str, call_id: str | None = None) -> str:
+        return self._effect("edit_file", {"path": raw, "old": old, "new": new}, call_id)
+
+    def _effect(self, tool: str, args: dict[str, Any], call_id: str | None) -> str:
+        if tool == "write_file":
+            parts, data, mode = self._prepare_write(args["path"], args["content"])
+        else:
+            parts, data, mode = self._prepare_edit(args["path"], args["old"], args["new"])
+        rel = "/".join(parts)
+        result = f"{'wrote' if tool == 'write_file' else 'edited'} {rel}"
+        call_id = call_id or self._auto_id()
+        self._commit(call_id, parts, data, mode, EffectReceipt(call_id, tool, args, "ok", result, (rel,)))
+        return result
 
     def _check_command(self, argv: Any) -> tuple[str, ...]:
         if not isinstance(argv, list) or not argv or not all(isinstance(a, str) and a and "\0" not in a for a in argv):
@@ -251,23 +285,8 @@ class Workspace:
 
     def run_command(self, argv: list[str]) -> str:
         self._check_command(argv)
-        try:
-            done = subprocess.run(
-                argv,
-                cwd=self.policy.root,
-                capture_output=True,
-                text=True,
-                timeout=self.policy.command_timeout_seconds,
-                check=False,
-            )
-            status, output = str(done.returncode), (done.stdout or "") + (done.stderr or "")
-        except subprocess.TimeoutExpired as e:
-            status = "timeout"
-            output = "".join(
-                x.decode("utf-8", "replace") if isinstance(x, bytes) else (x or "") for x in (e.stdout, e.stderr)
-            )
-        except OSError as e:
-            raise AgentError(f"could not run command: {e}") from None
+        env = command_env(self.policy.root, self.policy.pass_env)
+        status, output = run_confined(argv, self.policy.root, self.policy.command_timeout_seconds, env)
         return f"status: {status}\noutput:\n{output[:MAX_COMMAND_OUTPUT]}"
 
     # --- the gate -------------------------------------------------------------------------------------------
@@ -282,11 +301,12 @@ class Workspace:
     def execute(self, action: ToolAction, tool_call_id: str | None = None) -> str:
         try:
             return self._execute(action, tool_call_id)
-        except (AgentError, KeyError, TypeError) as e:
+        except (AgentError, KeyError, TypeError, UnicodeError) as e:
             return f"error: {e}"
 
     def _execute(self, action: ToolAction, tool_call_id: str | None) -> str:
         tool, args = action.tool, action.arguments
+        check_text(args, "arguments")
         if tool == "list_files":
             return self.list_files(args.get("path", "."))
         if tool == "read_file":
@@ -310,18 +330,9 @@ class Workspace:
             raise AgentError(f"operator denied the tool action: {decision.reason}")
         if not (decision is True or (isinstance(decision, ApprovalDecision) and decision.approved)):
             raise AgentError("operator denied the tool action")
-        artifacts: tuple[str, ...] = ()
-        if tool == "write_file":
-            result = self.write_file(args["path"], args["content"])
-        elif tool == "edit_file":
-            result = self.edit_file(args["path"], args["old"], args["new"])
-        else:
-            result = self.run_command(args["argv"])
-        if tool != "run_command":
-            artifacts = (self._normalized(args["path"]),)
-        exit_state = "error" if tool == "run_command" and not result.startswith("status: 0\n") else "ok"
-        self.receipt_store.put(EffectReceipt(call_id, tool, args, exit_state, result, artifacts))
+        if tool in ("write_file", "edit_file"):
+            return self._effect(tool, args, call_id)  # re-prepared: the file may have changed during approval
+        result = self.run_command(args["argv"])
+        exit_state = "ok" if result.startswith("status: 0\n") else "error"
+        self.receipt_store.put(EffectReceipt(call_id, tool, args, exit_state, result, ()))
         return result
-
-    def _normalized(self, raw: str) -> str:
-        return self._rel(self.resolve_path(raw))

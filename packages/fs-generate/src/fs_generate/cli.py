@@ -50,10 +50,14 @@ def parser() -> argparse.ArgumentParser:
         "demo model shipped with fs-generate",
     )
     ap.add_argument("--prompt", required=True, help="prompt text ('-' reads standard input)")
-    ap.add_argument("--max-tokens", "-m", type=non_negative_int, default=256, help="generated-token budget (default 256)")
+    ap.add_argument(
+        "--max-tokens", "-m", type=non_negative_int, default=256, help="generated-token budget (default 256)"
+    )
     ap.add_argument("--temp", type=non_negative_float, default=0.0, help="sampling temperature; 0 = greedy (default)")
     ap.add_argument("--top-k", type=non_negative_int, default=0, help="keep the K most likely tokens (0 = off)")
-    ap.add_argument("--top-p", type=non_negative_float, default=1.0, help="nucleus: smallest set with mass >= P (1 = off)")
+    ap.add_argument(
+        "--top-p", type=non_negative_float, default=1.0, help="nucleus: smallest set with mass >= P (1 = off)"
+    )
     ap.add_argument("--min-p", type=non_negative_float, default=0.0, help="drop tokens with p < M * p_max (0 = off)")
     ap.add_argument("--repetition-penalty", type=positive_float, help="mlx-lm semantics over the last 20 tokens")
     ap.add_argument("--seed", type=non_negative_int, help="seed for reproducible sampling")
@@ -71,7 +75,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--quantize", choices=["int8", "int4"], help="numpy: quantize weights at load (MLX affine, group 64)"
     )
-    ap.add_argument("--max-kv-size", type=positive_int, help="context limit in tokens (default: max_position_embeddings)")
+    ap.add_argument(
+        "--max-kv-size", type=positive_int, help="context limit in tokens (default: max_position_embeddings)"
+    )
     ap.add_argument("--eos-token-id", type=non_negative_int, action="append", help="override the EOS set (repeatable)")
     ap.add_argument("--verbose", action="store_true", help="print the prompt IDs and per-token log-probabilities")
     ap.add_argument("--json", action="store_true", help="print one JSON object at the end instead of streaming")

@@ -26,7 +26,9 @@ class SamplingParams:
     repetition_context_size: int = 20
 
     def __post_init__(self) -> None:
-        if not (isinstance(self.temperature, (int, float)) and math.isfinite(self.temperature) and self.temperature >= 0):
+        if not (
+            isinstance(self.temperature, (int, float)) and math.isfinite(self.temperature) and self.temperature >= 0
+        ):
             raise GenerateError(f"temperature must be a finite number >= 0, got {self.temperature!r}")
         if type(self.top_k) is not int or self.top_k < 0:
             raise GenerateError(f"top_k must be an int >= 0 (0 = off), got {self.top_k!r}")

@@ -71,7 +71,7 @@ def load_prompt_cache(
 ) -> tuple[list[int], list[tuple[np.ndarray, np.ndarray]], str]:
     """(tokens, per-layer (K, V) as numpy, dtype name); bfloat16 K/V come back as uint16 bit patterns.
     Raises when the file was written for another ``identity``."""
-    from safetensors import SafetensorError, safe_open
+    from safetensors import safe_open
 
     try:
         with safe_open(str(path), framework="numpy") as f:

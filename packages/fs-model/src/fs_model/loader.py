@@ -66,12 +66,14 @@ def load_model(
         ckpt = Checkpoint.open(p)
         cross_check(config, ckpt, strict=True)
         generation = load_generation_config(p)
+        digest = ckpt.digest()
     except WeightsError as e:
         raise ModelError(str(e)) from None
     module = importlib.import_module(BUILDERS[backend])
     model: Model = module.from_checkpoint(
         config, ckpt, str(p), dtype=dtype, quantize=quantize, kv_dtype=kv_dtype, progress=progress
     )
+    model.weights_digest = digest
     if generation is not None:  # read once, here: the EOS set generation stops on (Model.eos_token_ids)
         model.eos_token_ids = model.eos_token_ids | frozenset(generation.eos_token_id)
     return model

@@ -52,6 +52,9 @@ class Model:
         eos = config.eos_token_id
         # the ids that end generation: config.json's, and generation_config.json's (added by load_model)
         self.eos_token_ids = frozenset(eos if isinstance(eos, list) else [eos] if isinstance(eos, int) else [])
+        # what these weights are (Checkpoint.digest, set by load_model): saved KV state names it, and is refused
+        # by a model with other weights of the same shapes
+        self.weights_digest = ""
 
     # --- the contract ---------------------------------------------------------------------------------------
 

@@ -109,7 +109,7 @@ class _LimitedSandbox(ImmutableSandboxedEnvironment):
                     raise jinja2.exceptions.SecurityError(f"chat template: repetition to {len(seq) * n} items")
         return super().call_binop(context, operator, left, right)
 
-    def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N805 - jinja's names
+    def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:
         __self.budget.charge()
         return super().call(__context, __obj, *args, **kwargs)
 
@@ -134,7 +134,7 @@ def _range(env: _LimitedSandbox) -> Any:
     return limited
 
 
-def environment() -> ImmutableSandboxedEnvironment:
+def environment() -> "_LimitedSandbox":
     env = _LimitedSandbox(trim_blocks=True, lstrip_blocks=True, extensions=[_Generation, jinja2.ext.loopcontrols])
     env.globals["range"] = _range(env)
     env.filters["tojson"] = _tojson

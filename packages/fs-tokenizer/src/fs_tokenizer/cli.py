@@ -1,6 +1,7 @@
 """``fs-tokenizer encode|decode|chat --model PATH ...``: look at what the tokenizer does, token by token."""
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -50,7 +51,8 @@ def run_main(body: Callable[[], int], prog: str = "fs-tokenizer") -> int:
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        with contextlib.suppress(OSError, ValueError):  # Python flushes stdout at exit: make that harmless
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except (TokenizerError, OSError) as err:
         print(f"{prog}: error: {err}", file=sys.stderr)

@@ -62,16 +62,19 @@ class PreTokenizer:
             kind = step.get("type")
             if kind == "Split":
                 pattern = step.get("pattern", {})
-                if not (isinstance(pattern, dict) and any(isinstance(pattern.get(k), str) for k in ("Regex", "String"))):
+                given = pattern if isinstance(pattern, dict) else {}
+                if isinstance(given.get("Regex"), str):
+                    source = given["Regex"]
+                elif isinstance(given.get("String"), str):
+                    source = regex.escape(given["String"])
+                else:
                     raise TokenizerError(f"{where}: Split 'pattern' must be {{'Regex': str}} or {{'String': str}}")
                 if step.get("behavior") != "Isolated" or step.get("invert"):
                     raise TokenizerError(
                         f"{where}: Split behavior {step.get('behavior')!r} / invert="
                         f"{step.get('invert')!r} is not supported (only Isolated, not inverted)"
                     )
-                self._set_split(
-                    where, pattern.get("Regex") if "Regex" in pattern else regex.escape(pattern.get("String", ""))
-                )
+                self._set_split(where, source)
             elif kind == "ByteLevel":
                 self.bytelevel = True
                 self.prefix_space = bool(step.get("add_prefix_space", False))

@@ -4,6 +4,7 @@ encode: carve out added tokens -> normalize -> split with the model's regex -> b
 decode: IDs -> token strings -> bytes (byte-level inverse) -> UTF-8 with U+FFFD for invalid bytes.
 """
 
+import hashlib
 import json
 import os
 from collections.abc import Iterable, Sequence
@@ -35,6 +36,8 @@ class Tokenizer:
         source: str = "<dict>",
     ):
         self.source = source
+        # what this tokenizer is: SHA-256 of the files it was read from (set by from_pretrained; "" for a dict)
+        self.digest = ""
         try:
             self._build(spec)
         except TokenizerError as e:
@@ -92,17 +95,20 @@ class Tokenizer:
         generation_config.json when present) or a tokenizer.json file."""
         p = Path(path)
         if p.is_file():
-            return cls(load_json(p, dict), source=str(p))
+            return _digested(cls(load_json(p, dict), source=str(p)), [p])
         if not p.is_dir():
             raise TokenizerError(f"{p}: no such file or directory")
         config = load_json(p / "tokenizer_config.json", dict) if (p / "tokenizer_config.json").exists() else {}
         if (p / "chat_template.jinja").exists():
             config = {**config, "chat_template": _read_text(p / "chat_template.jinja")}
         gen = load_json(p / "generation_config.json", dict) if (p / "generation_config.json").exists() else {}
+        extra = [p / n for n in ("tokenizer_config.json", "chat_template.jinja", "generation_config.json")]
         if (p / "tokenizer.json").exists():
-            return cls(load_json(p / "tokenizer.json", dict), config, gen, source=str(p / "tokenizer.json"))
+            tok = cls(load_json(p / "tokenizer.json", dict), config, gen, source=str(p / "tokenizer.json"))
+            return _digested(tok, [p / "tokenizer.json", *extra])
         if (p / "vocab.json").exists() and (p / "merges.txt").exists():
-            return cls(from_vocab_merges(p / "vocab.json", p / "merges.txt", config), config, gen, source=str(p))
+            tok = cls(from_vocab_merges(p / "vocab.json", p / "merges.txt", config), config, gen, source=str(p))
+            return _digested(tok, [p / "vocab.json", p / "merges.txt", *extra])
         raise TokenizerError(f"{p}: no tokenizer.json (nor vocab.json + merges.txt)")
 
     # --- encode ---------------------------------------------------------------------------------------------
@@ -294,6 +300,15 @@ def from_vocab_merges(vocab_path: Path, merges_path: Path, config: dict[str, Any
         "decoder": {"type": "ByteLevel"},
         "added_tokens": added,
     }
+
+
+def _digested(tok: Tokenizer, files: list[Path]) -> Tokenizer:
+    h = hashlib.sha256()
+    for f in files:
+        if f.exists():
+            h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
+    tok.digest = h.hexdigest()
+    return tok
 
 
 def _read_text(path: Path) -> str:

@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from .dtypes import FLOATS, to_float32
 from .config import check_quantization
+from .dtypes import FLOATS, to_float32
 from .errors import ConfigError, SafetensorsError, WeightsError
 from .jsonfile import read_json
 from .quantize import dequantize as _dequantize
@@ -126,7 +126,8 @@ class Checkpoint:
         """SHA-256 identifying these weights: every tensor's name, dtype and shape, plus ``DIGEST_SAMPLES`` slices
         of 4 KiB spread evenly through its bytes (all of it when smaller). On Qwen3-0.6B shapes that reads ~20 MiB
         and takes 30 ms here, cheap enough to compute at every load (a full hash of 1.2 GB takes seconds); two
-        checkpoints with the same shapes and other values (another seed, a fine-tune) differ in every slice. A change confined to bytes no
+        checkpoints with the same shapes and other values (another seed, a fine-tune) differ in every slice.
+        A change confined to bytes no
         slice covers is not seen: this guards against using the wrong file, not against a forger."""
         h = hashlib.sha256()
         for name in self.names():

@@ -14,6 +14,7 @@ as ``\\udc80`` instead of dying inside ``print``. fs-tokenizer (a layer-0 packag
 its own copy of these ten lines in ``fs_tokenizer/cli.py``.
 """
 
+import contextlib
 import os
 import sys
 import tempfile
@@ -49,11 +50,8 @@ def run_main(prog: str, body: Callable[[], int], known: tuple[type[BaseException
 
 def _silence_stdout() -> None:
     """Python flushes stdout again at exit; point it at /dev/null so that flush cannot raise a second time."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-    except (OSError, ValueError):
-        pass
+    with contextlib.suppress(OSError, ValueError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 def _write_trace(prog: str) -> str:

@@ -182,8 +182,7 @@ def check_quantization(q: Any, source: str) -> dict[str, Any]:
             v = entry.get(key)
             if type(v) is not int or v not in allowed:
                 raise ConfigError(
-                    f"{source}: 'quantization': {where}{key!r} must be one of {', '.join(map(str, allowed))},"
-                    f" got {v!r}"
+                    f"{source}: 'quantization': {where}{key!r} must be one of {', '.join(map(str, allowed))}, got {v!r}"
                 )
     return q
 

@@ -1,0 +1,61 @@
+"""Running one allowed command: an explicit environment, its own session, and nothing of it left behind.
+
+A command inherits nothing by accident. Its environment is ``PATH`` (the operator's), ``HOME`` (the workspace
+root: tools that write dotfiles write them there) and ``LANG=C.UTF-8``; any other variable only when the operator
+names it (``--pass-env NAME``), so a secret in the operator's shell is not visible to it. It starts a new session,
+so it and every process it spawns share one process group; when it ends, or its time runs out, the whole group is
+killed, and a ``sh -c "sleep 777 &"`` grandchild does not outlive it. Output (stdout and stderr interleaved as
+written) is decoded as UTF-8 with replacement characters.
+"""
+
+import contextlib
+import os
+import signal
+import subprocess
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from .protocol import AgentError
+
+BASE_ENV = ("PATH", "HOME", "LANG")
+
+
+def command_env(root: Path, pass_env: Sequence[str], environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    environ = os.environ if environ is None else environ
+    env = {"PATH": environ.get("PATH", os.defpath), "HOME": str(root), "LANG": "C.UTF-8"}
+    env.update({name: environ[name] for name in pass_env if name in environ})
+    return env
+
+
+def run_confined(argv: Sequence[str], root: Path, timeout: float, env: dict[str, str]) -> tuple[str, str]:
+    """(status, output): status is the exit code as text, or ``timeout``."""
+    try:
+        proc = subprocess.Popen(
+            list(argv),
+            cwd=root,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    except (OSError, ValueError) as e:
+        raise AgentError(f"could not run command: {e}") from None
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+        status = str(proc.returncode)
+    except subprocess.TimeoutExpired:
+        kill_group(proc.pid)
+        out, _ = proc.communicate()
+        status = "timeout"
+    finally:
+        kill_group(proc.pid)  # whatever the command left running in its session goes with it
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return status, out.decode("utf-8", errors="replace")
+
+
+def kill_group(pgid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
