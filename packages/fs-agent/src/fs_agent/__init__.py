@@ -1,6 +1,8 @@
 """fs_agent: a tool-using agent with approvals, receipts, checkpoints, steering and fork/steer/select on a shared
 KV prefix."""
 
+import fs_weights as _fs_weights  # noqa: F401 - first: its interrupts guard precedes the heavy imports
+
 from .branching import BranchOutcome, KvPrefixGenerator, PrefixReuse, run_branch, select_branch
 from .checkpoint import AgentCheckpoint, ModelCheckpoint, create_checkpoint
 from .compaction import CompactionResult, compact_completed_interactions

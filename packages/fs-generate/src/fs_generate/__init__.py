@@ -1,5 +1,7 @@
 """fs_generate: greedy and sampled generation, stop rules, streaming, KV-cached decode and the fs-generate CLI."""
 
+import fs_weights as _fs_weights  # noqa: F401 - first: its interrupts guard precedes the heavy imports
+
 from .errors import GenerateError
 from .generate import Generation, GenerationStep, generate, generate_batch, stream_generate
 from .resolve import load, resolve_model_path

@@ -1,5 +1,7 @@
 """fs_model: The Qwen3 forward pass: a readable numpy reference backend and an MLX backend."""
 
+import fs_weights as _fs_weights  # noqa: F401 - first: its interrupts guard precedes the heavy imports
+
 from .errors import ModelError
 from .loader import load_model
 from .model import CausalLM, Model

@@ -4,6 +4,7 @@ import argparse
 import contextlib
 import json
 import os
+import signal
 import sys
 import tempfile
 import traceback
@@ -44,6 +45,7 @@ def run_main(body: Callable[[], int], prog: str = "fs-tokenizer") -> int:
     """The same four endings as every fs command line (fs_weights.command_line, which this layer-0 package cannot
     import): known error -> ``prog: error:`` exit 2; closed pipe -> quiet 0; Ctrl-C -> 130; a bug -> one line
     plus a trace file, exit 1. Lone surrogates print as escapes instead of killing ``print``."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # interrupts.py exited at once until now
     for stream in (sys.stdout, sys.stderr):
         getattr(stream, "reconfigure", lambda **_: None)(errors="backslashreplace")
     try:

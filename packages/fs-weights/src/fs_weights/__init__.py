@@ -1,5 +1,6 @@
 """fs_weights: read, validate, inspect and write Qwen3 checkpoints (safetensors, HF and MLX layouts)."""
 
+from . import interrupts as _interrupts  # noqa: F401 - first: quiet Ctrl-C during the imports below
 from .checkpoint import Checkpoint
 from .config import GenerationConfig, Qwen3Config, load_config, load_generation_config
 from .crosscheck import CrossCheckReport, cross_check, expected_tensors

@@ -22,11 +22,14 @@ import time
 import traceback
 from collections.abc import Callable
 
+from . import interrupts
+
 KNOWN_EXIT, BUG_EXIT, INTERRUPT_EXIT = 2, 1, 130
 
 
 def run_main(prog: str, body: Callable[[], int], known: tuple[type[BaseException], ...]) -> int:
     """Run ``body`` (the parsed command) and turn every way it can end into the table above."""
+    interrupts.restore()
     for stream in (sys.stdout, sys.stderr):
         reconfigure = getattr(stream, "reconfigure", None)
         if reconfigure is not None:
