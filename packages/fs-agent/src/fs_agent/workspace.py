@@ -196,9 +196,9 @@ class Workspace:
     def _current(self, parts: tuple[str, ...]) -> tuple[bytes, int]:
         """The existing file's bytes and mode, refused unless read first and unchanged since."""
         rel = "/".join(parts)
+        data, st = self.fs.read(parts, self.policy.max_file_bytes)  # refuses links and non-files first
         if rel not in self._observed:
             raise AgentError("read the existing file before changing it")
-        data, st = self.fs.read(parts, self.policy.max_file_bytes)
         if hashlib.sha256(data).hexdigest() != self._observed[rel]:
             raise AgentError("file changed since it was read")
         try:
