@@ -8,6 +8,7 @@ import struct
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -223,7 +224,7 @@ def test_every_ending_of_a_command_line(tmp_path, capsys, monkeypatch):
     err = capsys.readouterr().err.splitlines()
     assert err[0] == "p: internal error: ZeroDivisionError: boom" and "Traceback" not in "".join(err)
     trace = err[1].split(" is in ")[1].split(";")[0]
-    assert "ZeroDivisionError" in open(trace).read() and os.path.dirname(trace) == str(tmp_path)
+    assert "ZeroDivisionError" in Path(trace).read_text() and os.path.dirname(trace) == str(tmp_path)
 
 
 def test_closed_pipe_is_a_quiet_exit(tmp_path, tiny):
