@@ -81,7 +81,7 @@ def test_a_bad_config_is_one_error_line(tiny_dir, tmp_path):
 
 def test_a_prompt_on_stdin_that_is_not_utf8(tiny_dir):
     done = cli("--model", str(tiny_dir), "--prompt", "-", stdin=b"caf\xe9")
-    assert done.returncode == 2 and b"standard input is not valid UTF-8 (byte offset 3)" in done.stderr
+    assert done.returncode == 2 and b"standard input: not valid UTF-8 (byte offset 3)" in done.stderr
 
 
 def test_a_closed_pipe_is_a_quiet_exit(tiny_dir):

@@ -11,14 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fs_tokenizer import Tokenizer, TokenizerError
+from test_errors import BASE  # the same minimal tokenizer.json
 
-BASE = {
-    "model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2, "Ġ": 3}, "merges": ["a b"]},
-    "normalizer": {"type": "NFC"},
-    "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "use_regex": True},
-    "decoder": {"type": "ByteLevel"},
-    "added_tokens": [{"id": 4, "content": "<s>", "special": True}],
-}
 DEEP = "[" * 100_000 + "]" * 100_000
 USER = [{"role": "user", "content": "hi"}]
 

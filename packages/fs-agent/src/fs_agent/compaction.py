@@ -66,7 +66,7 @@ def compact_completed_interactions(
             continue
         try:
             data = json.loads(a["content"])
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             continue
         if not isinstance(data, dict) or not isinstance(data.get("tool"), str):
             continue

@@ -193,7 +193,7 @@ def run_check(c: dict[str, Any], staged: Path, original: dict[str, bytes]) -> tu
         )
         ok = _json_equal(value, c["expected"])
         return ok, f"value {json.dumps(value)}"
-    except (OSError, UnicodeDecodeError, ValueError, KeyError, SyntaxError) as e:
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, SyntaxError, RecursionError, MemoryError) as e:
         return False, f"unavailable: {type(e).__name__}: {e}"
 
 

@@ -17,6 +17,7 @@ from fs_model import ModelError
 from fs_tokenizer import TokenizerError
 from fs_weights import WeightsError
 from fs_weights.command_line import non_negative_float, non_negative_int, positive_float, positive_int, run_main
+from fs_weights.jsonfile import decode_utf8
 
 from .demo import demo_banner
 from .errors import GenerateError
@@ -106,17 +107,11 @@ def main(argv: list[str] | None = None) -> int:
     return run_main("fs-generate", lambda: _run(args), KNOWN_ERRORS)
 
 
-def read_stdin_text() -> str:
-    data = sys.stdin.buffer.read()
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise GenerateError(f"standard input is not valid UTF-8 (byte offset {e.start})") from None
-
-
 def _run(args: argparse.Namespace) -> int:
     out, err = sys.stdout, sys.stderr
-    prompt_text = read_stdin_text() if args.prompt == "-" else args.prompt
+    prompt_text = (
+        decode_utf8(sys.stdin.buffer.read(), "standard input", GenerateError) if args.prompt == "-" else args.prompt
+    )
     t0 = time.perf_counter()
     if args.model is None:
         print(demo_banner(), file=err)

@@ -18,10 +18,7 @@ MAX_DEPTH = 64  # real config / index / tokenizer files nest at most 6 levels
 def parse_json(data: bytes | str, source: str, error: type[Exception] = WeightsError) -> Any:
     """The value encoded in ``data`` (the contents of ``source``), or ``error`` naming what is wrong."""
     if isinstance(data, bytes):
-        try:
-            data = data.decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise error(f"{source}: not valid UTF-8 (byte offset {e.start})") from None
+        data = decode_utf8(data, source, error)
     try:
         value = json.loads(data)
     except RecursionError:
@@ -30,6 +27,13 @@ def parse_json(data: bytes | str, source: str, error: type[Exception] = WeightsE
         raise error(f"{source}: not valid JSON: {e.msg} (line {e.lineno}, column {e.colno})") from None
     check_depth(value, source, error)
     return value
+
+
+def decode_utf8(data: bytes, source: str, error: type[Exception] = WeightsError) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise error(f"{source}: not valid UTF-8 (byte offset {e.start})") from None
 
 
 def read_json(path: str | Path, error: type[Exception] = WeightsError) -> Any:
