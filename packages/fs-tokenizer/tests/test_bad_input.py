@@ -1,6 +1,7 @@
 """Hostile and careless tokenizer files, chat templates and CLI input: each is one ``TokenizerError`` naming the
 file, the field or the template line (or a clean ``fs-tokenizer: error:`` line), never a traceback or a hang."""
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -161,3 +162,25 @@ def test_cli_closed_pipe_is_quiet(qwen3_dir):
         timeout=120,
     )
     assert done.stderr == b"" and len(done.stdout) == 1
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=6),
+    lambda c: st.lists(c, max_size=3) | st.dictionaries(st.sampled_from(["name", "template", "content", "x"]), c),
+    max_leaves=6,
+)
+CONFIG_KEYS = ["chat_template", "eos_token", "bos_token", "pad_token", "added_tokens_decoder", "model_max_length"]
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(key=st.sampled_from(CONFIG_KEYS), value=JSON_VALUES, gen=JSON_VALUES)
+def test_any_tokenizer_config_value_loads_or_is_a_tokenizer_error(tmp_path, key, value, gen):
+    model_dir(tmp_path, config={key: value})
+    (tmp_path / "generation_config.json").write_text(json.dumps({"eos_token_id": gen}))
+    try:
+        tok = Tokenizer.from_pretrained(tmp_path)
+    except TokenizerError:
+        return
+    if tok.chat_template is not None:
+        with contextlib.suppress(TokenizerError):
+            tok.apply_chat_template(USER)

@@ -21,6 +21,7 @@ from fs_weights import (
     SafetensorsFile,
     load_config,
     load_generation_config,
+    preset,
     write_random_checkpoint,
 )
 from fs_weights.command_line import run_main
@@ -28,6 +29,10 @@ from fs_weights.jsonfile import MAX_DEPTH, parse_json
 
 DEEP = "[" * 100_000 + "]" * 100_000  # RecursionError inside json.loads without the guard
 SHALLOW_BUT_DEEP = '{"a": ' * (MAX_DEPTH + 1) + "1" + "}" * (MAX_DEPTH + 1)  # parses; nesting refused
+
+
+BASE_CONFIG = preset("tiny").to_dict()
+QWEN3_KEYS = set(BASE_CONFIG) | {"quantization", "temperature", "top_p", "top_k", "do_sample", "eos_token_id"}
 
 
 @pytest.fixture
@@ -239,3 +244,22 @@ def test_parse_json_raises_the_callers_error_class():
     with pytest.raises(SafetensorsError, match="where: JSON nested deeper"):
         parse_json(DEEP, "where", SafetensorsError)
     assert parse_json(b'{"a": [1, 2]}', "ok") == {"a": [1, 2]}
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats() | st.text(max_size=4),
+    lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=4), c, max_size=3),
+    max_leaves=6,
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(key=st.sampled_from(sorted(QWEN3_KEYS)), value=JSON_VALUES)
+def test_any_json_value_for_any_config_key_loads_or_is_a_config_error(tmp_path, key, value):
+    (tmp_path / "config.json").write_text(json.dumps({**BASE_CONFIG, key: value}))
+    (tmp_path / "generation_config.json").write_text(json.dumps({key: value}))
+    for load in (load_config, load_generation_config):
+        try:
+            load(tmp_path)
+        except ConfigError as e:
+            assert "config.json" in str(e)

@@ -14,6 +14,7 @@ import contextlib
 import errno
 import os
 import stat
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -39,11 +40,10 @@ class ConfinedRoot:
             self.fd = os.open(root, O_DIR)
         except OSError as e:
             raise AgentError(f"cannot open workspace root: {e.strerror}") from None
+        self._closer = weakref.finalize(self, os.close, self.fd)  # the descriptor lives as long as the workspace
 
     def close(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
+        self._closer()
 
     @contextmanager
     def directory(self, parts: tuple[str, ...], *, create: bool = False) -> Iterator[int]:
