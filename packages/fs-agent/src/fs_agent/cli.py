@@ -66,7 +66,10 @@ BRANCH_MARK = f"{STATE_DIR}/branch"  # written into every branch directory fs cr
 
 
 def _workspace(args: argparse.Namespace, root: Path, stdin: TextIO, out: TextIO) -> Workspace:
-    commands = tuple(tuple(shlex.split(c)) for c in args.allow_command)
+    try:
+        commands = tuple(tuple(shlex.split(c)) for c in args.allow_command)
+    except ValueError as e:
+        raise AgentError(f"--allow-command: {e}") from None
     try:
         policy = ToolPolicy(
             root, allow_writes=args.allow_writes, allowed_commands=commands, pass_env=tuple(args.pass_env)

@@ -99,7 +99,7 @@ def peak_memory_gb() -> float:
     return rss / (1 << 30) if sys.platform == "darwin" else rss / (1 << 20)
 
 
-KNOWN_ERRORS = (GenerateError, ModelError, TokenizerError, WeightsError, KVCacheError)
+KNOWN_ERRORS = (GenerateError, ModelError, TokenizerError, WeightsError, KVCacheError, OSError)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     lg.add_argument("--quantize", choices=["int8", "int4"], help="numpy: quantize weights at load (MLX affine)")
     lg.add_argument("--top", type=positive_int, default=10)
     args = ap.parse_args(argv)
-    return run_main("fs-model", lambda: _run(args), (ModelError, WeightsError, KVCacheError))
+    return run_main("fs-model", lambda: _run(args), (ModelError, WeightsError, KVCacheError, OSError))
 
 
 def _run(args: argparse.Namespace) -> int:

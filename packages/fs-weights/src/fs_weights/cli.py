@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--untied", action="store_true", help="write a separate lm_head")
     r.add_argument("--overwrite", action="store_true")
     args = ap.parse_args(argv)
-    return run_main("fs-weights", lambda: _run(args), (WeightsError,))
+    return run_main("fs-weights", lambda: _run(args), (WeightsError, OSError))
 
 
 def _run(args: argparse.Namespace) -> int:
