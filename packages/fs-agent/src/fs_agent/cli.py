@@ -219,10 +219,7 @@ def _run_meta(run_dir: Path) -> dict[str, Any]:
 def _branch_dir(run_dir: Path, name: str, overwrite: bool) -> Path:
     """A fresh directory for branch ``name`` inside ``run_dir/branches``; an existing one only with ``overwrite``, and
     only if fs made it (its mark is there) - never a path outside ``branches/``."""
-    if not BRANCH_NAME.fullmatch(name) or name in (".", ".."):
-        raise AgentError(
-            f"branch name {name!r} must be 1-64 letters, digits, '_', '.', '-', starting with a letter or digit"
-        )
+    check_branch_name(name)
     branches = run_dir / "branches"
     if branches.is_symlink() or (branches.exists() and not branches.is_dir()):
         raise AgentError(f"{branches} is not a directory fs created")
@@ -238,6 +235,13 @@ def _branch_dir(run_dir: Path, name: str, overwrite: bool) -> Path:
     return bdir
 
 
+def check_branch_name(name: str) -> None:
+    if not BRANCH_NAME.fullmatch(name):  # no separator, not empty, not "." or "..": a name, never a path
+        raise AgentError(
+            f"branch name {name!r} must be 1-64 letters, digits, '_', '.', '-', starting with a letter or digit"
+        )
+
+
 def atomic_write_text(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(text, encoding="utf-8")
@@ -251,8 +255,7 @@ def cmd_fork(args: argparse.Namespace, stdin: TextIO, out: TextIO) -> int:
     case = _case(args.case)
     specs = [spec.partition("=") for spec in args.branch]
     for name, _, _ in specs:  # every name checked before any model is loaded or directory touched
-        if not BRANCH_NAME.fullmatch(name):
-            _branch_dir(run_dir, name, args.overwrite)
+        check_branch_name(name)
     args.model = args.model or meta["model"]
     model, tok = _load(args)
     base = KvPrefixGenerator(model, tok, args.max_tokens, args.enable_thinking)
