@@ -1,4 +1,5 @@
-"""Sessions: tests (one isolated env per package), kernels, parity, slow, metal, lint, build, publish_local, docs.
+"""Sessions: tests (one isolated env per package), kernels, parity, slow, metal, bench, lint, build, publish_local,
+docs.
 
 `uv run nox -s tests kernels parity lint` is what CI runs (README). Each session syncs an exact environment from the
 one uv.lock, so a package's tests see only that package, its declared dependencies and the test tools.
@@ -103,6 +104,39 @@ def metal(session: nox.Session) -> None:
         FS_MLX_DEVICE="gpu",
         FS_REQUIRE_REFERENCE="1",
     )
+
+
+# Every published figure's script, as docs/performance.md runs it (name -> argv after `python`).
+BENCHES = {
+    "cpu_speed": ["benchmarks/cpu_speed.py", "--rounds", "3", "--out", "docs/data/cpu_speed.json"],
+    "weights_io": ["benchmarks/weights_io.py"],
+    "tokenizer_speed": ["benchmarks/tokenizer_speed.py"],
+    "model_prefill": ["benchmarks/model_prefill.py", "--lengths", "128", "512", "--peer-lengths", "128"],
+    "generate_decode": ["benchmarks/generate_decode.py"],
+    "generate_batch": ["benchmarks/generate_batch.py"],
+    "kvcache_decode": ["benchmarks/kvcache_decode.py"],
+    "quant_quality": ["benchmarks/quant_quality.py"],
+}
+
+
+@nox.session(default=False)
+def bench(session: nox.Session) -> None:
+    """Reproduce docs/performance.md: builds llama.cpp (pinned llama-cpp-python sdist, cached in nox's cache dir),
+    runs every figure's script (`nox -s bench -- cpu_speed` for some), rewrites docs/data/cpu_speed.json and the
+    plots. Tens of minutes on 2 cores; run it on a quiet machine."""
+    sync(session, "--all-packages", "--all-extras", "--group", "parity", "--group", "bench")
+    chosen = session.posargs or list(BENCHES)
+    unknown = sorted(set(chosen) - set(BENCHES))
+    if unknown:
+        session.error(f"unknown benchmark(s) {unknown}; choose from {sorted(BENCHES)}")
+    cache = Path(session.cache_dir) / "llama.cpp"
+    bindir = session.run("python", "benchmarks/llama_cpp.py", "--cache", str(cache), silent=True)
+    llama = ["--llama-bin", str(bindir).strip().splitlines()[-1]]
+    for name in chosen:
+        session.run(
+            "python", *BENCHES[name], *(llama if name == "cpu_speed" else []), env=ENV | {"RAYON_NUM_THREADS": "1"}
+        )
+    session.run("python", "benchmarks/plot_results.py", env=ENV)
 
 
 @nox.session

@@ -1,14 +1,16 @@
 """Issue 8's benchmark: prefill-128 and decode tok/s for every fs CPU weight format, mlx-lm and llama.cpp, ONE run,
 the same random weights with the real Qwen3-0.6B shapes.
 
-    uv run --all-packages --all-extras --group parity --group bench python benchmarks/cpu_speed.py \\
-        [--llama-python /path/to/venv-with-llama-cpp-python/bin/python] [--decode 32]
+    uv run nox -s bench          # or, with llama.cpp already built (benchmarks/llama_cpp.py):
+    uv run --all-packages --all-extras --group parity --group bench python benchmarks/cpu_speed.py --rounds 3
 
-llama.cpp runs through llama-cpp-python (which compiles llama.cpp from source; install it into any venv and pass
-its python) on GGUF files exported from the same checkpoint by benchmarks/export_gguf.py. Every engine runs in its
-own process; the script prints tok/s, ratios to mlx-lm and llama.cpp at the same precision, weight bytes per
-token, achieved GB/s against a streaming-read bandwidth it measures, and, for fs, the share of a decode step spent
-outside the matrix kernels (Python and numpy glue).
+llama.cpp is built from the pinned llama-cpp-python sdist (benchmarks/llama_cpp.py) and timed by its own
+``llama-bench`` (batch 1) and ``llama-batched-bench`` (aggregate decode at ``--batches``), on GGUF files exported
+from the same checkpoint by benchmarks/export_gguf.py. Every engine runs in its own process, the engines
+interleaved round by round; each engine's row is its best round (every column from that one round). The script
+prints tok/s, ratios to mlx-lm and llama.cpp at the same precision, weight bytes per token, achieved GB/s against
+a streaming-read bandwidth it measures, peak RSS (each process's VmHWM) over the stored weight bytes, and, for fs,
+the share of a decode step spent outside the matrix kernels (Python and numpy glue).
 """
 
 import argparse
@@ -57,17 +59,20 @@ for i in range(N):
 print(json.dumps({"prefill_tps": S / prefill, "decode_tps": N / (time.perf_counter() - t0)}))
 """
 
-LLAMA = """
+FS_BATCH = """
 import json, sys, time
-from llama_cpp import Llama
-path, S, N = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-llm = Llama(model_path=path, n_ctx=S + N + 8, n_threads=2, n_batch=S, verbose=False)
-ids = [(7 * i + 3) % 150000 for i in range(S)]
-t0 = time.perf_counter(); llm.eval(ids); prefill = time.perf_counter() - t0
+import numpy as np
+from fs_model import load_model
+path, dtype, quantize, S, N, B = sys.argv[1], sys.argv[2], sys.argv[3], *map(int, sys.argv[4:7])
+model = load_model(path, dtype=None if dtype == "float32" else dtype, quantize=None if quantize == "-" else quantize)
+rows = np.array([[(7 * i + 3 + 11 * b) % 150000 for i in range(S)] for b in range(B)])
+model(rows[:, :8], 0, model.make_cache(), logits_to_keep=1)  # warm the kernels
+caches = model.make_cache()
+model(rows, 0, caches, logits_to_keep=1)
 t0 = time.perf_counter()
 for i in range(N):
-    llm.eval([ids[i]])
-print(json.dumps({"prefill_tps": S / prefill, "decode_tps": N / (time.perf_counter() - t0)}))
+    model(rows[:, i : i + 1], S + i, caches, logits_to_keep=1)
+print(json.dumps({"decode_tps": B * N / (time.perf_counter() - t0)}))
 """
 
 
@@ -77,6 +82,12 @@ def run(python: str, code: str, *args: object) -> dict | None:
         print(f"   failed: {out.stderr.strip().splitlines()[-1] if out.stderr.strip() else out.returncode}")
         return None
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def keep_best(best: dict[str, dict], name: str, r: dict) -> None:
+    """An engine's best round by decode rate, kept whole: every column of its row comes from that one round."""
+    if name not in best or r["decode_tps"] > best[name]["decode_tps"]:
+        best[name] = dict(r)
 
 
 def main() -> None:
@@ -89,7 +100,8 @@ def main() -> None:
     ap.add_argument(
         "--rounds", type=int, default=2, help="run every engine this many times, interleaved; keep the best"
     )
-    ap.add_argument("--llama-python", help="a python with llama-cpp-python installed")
+    ap.add_argument("--llama-bin", help="directory with llama-bench and llama-batched-bench (benchmarks/llama_cpp.py)")
+    ap.add_argument("--batches", type=int, nargs="*", default=[1, 4, 8, 16], help="aggregate-decode batch sizes")
     ap.add_argument("--tokenizer", default=str(Path(__file__).resolve().parents[2] / "shared" / "qwen3-tokenizer"))
     ap.add_argument("--skip-mlx-lm", action="store_true")
     ap.add_argument("--out", help="write the results as JSON here (docs/data/cpu_speed.json feeds the plot)")
@@ -110,23 +122,46 @@ def main() -> None:
     if not args.skip_mlx_lm:
         engines += [("mlx-lm f32", sys.executable, MLX_LM, (f32,), 4.0)]
         engines += [("mlx-lm bf16", sys.executable, MLX_LM, (bf16,), 2.0)]
-    if args.llama_python:
+    ggufs: dict[str, Path] = {}
+    if args.llama_bin:
         from export_gguf import export
 
         for kind, bpp in (("bf16", 2.0), ("q8_0", 34 / 32), ("q4_0", 18 / 32)):
             g = Path(f"/tmp/fs-bench/qwen3-0.6b-{kind}.gguf")
             if not g.exists():
                 export(bf16, g, kind, Path(args.tokenizer))
-            engines.append((f"llama.cpp {kind.upper()}", args.llama_python, LLAMA, (g,), bpp))
+            ggufs[f"llama.cpp {kind.upper()}"] = g
+            engines.append((f"llama.cpp {kind.upper()}", "", "", (g,), bpp))
+    import llama_cpp
+
     best: dict[str, dict] = {}
+    batch: dict[str, dict[int, float]] = {}
+    batch_engines = [("fs bf16", "bfloat16", "-"), ("fs int4", "bfloat16", "int4")]
     for rnd in range(args.rounds):
         for name, python, code, extra, _ in engines:
-            r = run(python, code, *extra, S, N)
+            try:
+                r = (
+                    llama_cpp.bench(Path(args.llama_bin), ggufs[name], S, N)
+                    if name in ggufs
+                    else run(python, code, *extra, S, N)
+                )
+            except (RuntimeError, StopIteration, ValueError) as e:
+                print(f"   failed: {e}")
+                r = None
             print(f"round {rnd + 1} {name}: {r}", flush=True)
             if r:
-                b = best.setdefault(name, dict(r))
-                for k in ("prefill_tps", "decode_tps"):
-                    b[k] = max(b[k], r[k])
+                keep_best(best, name, r)
+        for name, dtype, quant in batch_engines:
+            for b in args.batches:
+                r = run(sys.executable, FS_BATCH, bf16, dtype, quant, S, N, b)
+                if r:
+                    batch.setdefault(name, {})[b] = max(batch.get(name, {}).get(b, 0.0), r["decode_tps"])
+        for name in ("llama.cpp BF16", "llama.cpp Q4_0"):
+            if name in ggufs:
+                rates = llama_cpp.batched(Path(args.llama_bin), ggufs[name], S, N, args.batches)
+                for b, v in rates.items():
+                    batch.setdefault(name, {})[b] = max(batch.get(name, {}).get(b, 0.0), v)
+        print(f"round {rnd + 1} batched decode: {batch}", flush=True)
     print(f"\nbest of {args.rounds} rounds")
     head = ("engine", "prefill tok/s", "decode tok/s", "GB/token", "GB/s", "RSS/weights")
     print(f"{head[0]:14s} {head[1]:>13s} {head[2]:>12s} {head[3]:>8s} {head[4]:>6s} {head[5]:>11s}  outside kernels")
@@ -152,11 +187,16 @@ def main() -> None:
             d, p = (best[a][k] / best[b][k] for k in ("decode_tps", "prefill_tps"))
             ratios[f"{a} / {b}"] = {"decode": round(d, 3), "prefill": round(p, 3)}
             print(f"ratio {a} / {b}: decode {d:.2f}x, prefill {p:.2f}x")
+    print("\naggregate decode tok/s by batch size (best of the rounds)")
+    for name, rates in batch.items():
+        print(f"{name:16s} " + "  ".join(f"B={b}: {v:7.1f}" for b, v in sorted(rates.items())))
+    for a, b in (("fs bf16", "llama.cpp BF16"), ("fs int4", "llama.cpp Q4_0")):
+        if a in batch and b in batch:
+            for n in sorted(set(batch[a]) & set(batch[b])):
+                print(f"ratio {a} / {b} at batch {n}: {batch[a][n] / batch[b][n]:.2f}x")
     if args.out:
-        Path(args.out).write_text(
-            json.dumps({"read_gbs": bw, "read_gbs_all_cores": bw_all, "engines": best, "ratios": ratios}, indent=1)
-            + "\n"
-        )
+        body = {"read_gbs": bw, "read_gbs_all_cores": bw_all, "engines": best, "ratios": ratios, "batched": batch}
+        Path(args.out).write_text(json.dumps(body, indent=1) + "\n")
 
 
 if __name__ == "__main__":

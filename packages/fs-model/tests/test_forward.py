@@ -148,3 +148,19 @@ def test_long_prompt_attention_in_query_chunks_equals_one_pass(checkpoints, monk
     got = [model(rows[:, :7], 0, got_caches, pad=[3, 0]), model(rows[:, 7:], 7, got_caches, pad=[3, 0])]
     for a, b in zip(got, want, strict=True):
         assert rel_err(a, b) < 1e-5
+
+
+def test_the_numpy_fallback_for_kept_weights_says_so(tmp_path):
+    """Without numba a bf16 model still runs (widened by numpy), and the user is told once why it is slow."""
+    import warnings
+
+    from fs_model.cpu import HAVE_NUMBA
+
+    d = write_random_checkpoint(tmp_path / "m", config(), dtype="bfloat16")
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        load_model(d, dtype="native")
+        load_model(d)  # float32 copies: BLAS, nothing to say
+    said = [w for w in seen if "pure-numpy fallback" in str(w.message)]
+    assert len(said) == (0 if HAVE_NUMBA else 1)
+    assert not said or "pip install 'fs-model[fast]'" in str(said[0].message)

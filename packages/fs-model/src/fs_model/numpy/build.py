@@ -8,6 +8,7 @@ This is where the CPU path's decisions are made, in order:
 """
 
 import contextlib
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -15,6 +16,7 @@ import numpy as np
 
 from fs_weights import Checkpoint, Qwen3Config, f32_to_bf16
 
+from ..cpu import HAVE_NUMBA
 from ..cpu.affine import AffineLinear, AffineWeight, from_mlx, quantize_affine
 from ..cpu.bf16 import Bf16Linear
 from ..cpu.blas import SMALL, one_blas_thread
@@ -53,6 +55,13 @@ def from_checkpoint(
         if progress is not None:
             progress(i, len(names))
     gate: Linear = weights["model.layers.0.mlp.gate_proj.weight"]
+    if not isinstance(gate, DenseLinear) and not HAVE_NUMBA:
+        warnings.warn(  # shown once per process: the result is right, only slow
+            f"{path}: bf16 / quantized weights are running on the pure-numpy fallback (correct, but many times "
+            "slower); install the kernels: pip install 'fs-model[fast]'",
+            RuntimeWarning,
+            stacklevel=2,
+        )
     fused = fused_decode_applies(gate)
     on_numba_threads = bool(getattr(gate, "uses_numba_threads", False))
 
