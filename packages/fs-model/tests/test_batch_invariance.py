@@ -1,0 +1,77 @@
+"""A sequence's logits must not depend on what it is computed with: the batch size, its row, the other rows'
+lengths and contents (left padding), the prefill chunking, or whether its prefix came from a cache.
+
+float32 (the OpenBLAS reference path) holds this within 1e-5 relative to the largest logit (BLAS may reduce in
+another order for another M; the [kernels] issue makes the kept-weight paths bitwise). A kernel that lets padding
+leak into a row (a mask off by one, a softmax over padded keys) or mixes rows fails it by orders of magnitude.
+"""
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from fs_model import load_model
+from fs_weights import write_random_checkpoint
+from model_helpers import config, rel_err
+
+V, TOL = 512, 1e-5
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    d = write_random_checkpoint(tmp_path_factory.mktemp("inv") / "m", config(), seed=5, dtype="float32")
+    return load_model(d)
+
+
+def last_logits(model, rows, offset=0, caches=None):
+    """Left-padded batch of ``rows``; the last position's logits of every row."""
+    L = max(map(len, rows))
+    pad = [L - len(r) for r in rows]
+    tokens = np.array([[0] * p + r for p, r in zip(pad, rows, strict=True)])
+    return model(tokens, offset, caches or model.make_cache(), logits_to_keep=1, pad=pad)[:, -1]
+
+
+tokens = st.lists(st.integers(0, V - 1), min_size=1, max_size=40)
+SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+@SETTINGS
+@given(seq=tokens, others=st.lists(tokens, max_size=5), where=st.integers(0, 5))
+def test_batch_size_row_and_neighbours_do_not_change_a_row(model, seq, others, where):
+    solo = last_logits(model, [seq])[0]
+    rows = list(others)
+    rows.insert(min(where, len(rows)), seq)
+    got = last_logits(model, rows)[rows.index(seq)]
+    assert rel_err(got, solo) <= TOL
+
+
+@SETTINGS
+@given(seq=st.lists(st.integers(0, V - 1), min_size=2, max_size=40), data=st.data())
+def test_prefill_chunking_and_a_cached_prefix_do_not_change_the_logits(model, seq, data):
+    solo = last_logits(model, [seq])[0]
+    cut = data.draw(st.integers(1, len(seq) - 1))
+    caches = model.make_cache()
+    last_logits(model, [seq[:cut]], 0, caches)  # the prefix, as a cache hit would have left it
+    forked = [c.fork() for c in caches]  # the same prefix shared by a second continuation
+    chunked = model(np.array([seq[cut:]]), cut, caches, logits_to_keep=1)[0, -1]
+    assert rel_err(chunked, solo) <= TOL
+    again = model(np.array([seq[cut:]]), cut, forked, logits_to_keep=1)[0, -1]
+    assert np.array_equal(again, chunked)
+
+
+def test_decode_in_a_batch_equals_decode_alone(model):
+    rng = np.random.default_rng(1)
+    prompts = [rng.integers(0, V, n).tolist() for n in (9, 23, 4, 17, 31, 12, 6, 20, 27, 3, 15, 11)]
+    alone = []
+    for p in prompts:
+        c = model.make_cache()
+        last_logits(model, [p], 0, c)
+        alone.append(model(np.array([[7]]), len(p), c, logits_to_keep=1)[0, -1])
+    for B in (2, 8, 12):  # below, at and above the rows a decode kernel pass takes at once
+        c = model.make_cache()
+        last_logits(model, prompts[:B], 0, c)
+        L = max(map(len, prompts[:B]))
+        pad = [L - len(p) for p in prompts[:B]]
+        out = model(np.array([[7]] * B), L, c, logits_to_keep=1, pad=pad)[:, -1]
+        assert max(rel_err(out[b], alone[b]) for b in range(B)) <= TOL
