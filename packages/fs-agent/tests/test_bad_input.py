@@ -275,13 +275,15 @@ def alive(pid):
 
 @pytest.mark.parametrize("timeout", [30, 1], ids=["finished", "timed-out"])
 def test_background_grandchildren_do_not_survive_the_command(root, timeout):
-    argv = ["sh", "-c", "sleep 777 & echo $!" + ("" if timeout == 30 else "; sleep 60")]
+    # finished: sh exits at once and leaves `sleep` running (its output elsewhere, so nothing waits on it);
+    # timed-out: sh itself is still running when its time is up
+    argv = ["sh", "-c", "sleep 777 >/dev/null 2>&1 & echo $!" + ("" if timeout == 30 else "; sleep 60")]
     w = workspace(root, allowed_commands=(tuple(argv),), command_timeout_seconds=timeout)
     t0 = time.monotonic()
     out = w.run_command(argv)
     pid = int(out.split("output:\n")[1].split()[0])
     time.sleep(0.2)
-    assert not alive(pid) and time.monotonic() - t0 < 45
+    assert not alive(pid) and time.monotonic() - t0 < (5 if timeout == 30 else 10)
     assert out.startswith("status: timeout" if timeout == 1 else "status:")
 
 
@@ -415,3 +417,38 @@ def test_bad_run_files_are_one_error_line(saved_run, capsys, name, data, words):
     assert fork(run, tmp_path, "a=go") == 2
     err = capsys.readouterr().err
     assert err.startswith("fs-agent: error: ") and words in err and "Traceback" not in err
+
+
+def test_resolve_path_names_files_with_the_same_rules(root, tmp_path):
+    (root / "link").symlink_to(tmp_path / "outside", target_is_directory=True)
+    w = workspace(root)
+    assert w.resolve_path("./sub/inside.txt") == root.resolve() / "sub" / "inside.txt"
+    assert w.resolve_path("sub/new.txt", must_exist=False) == root.resolve() / "sub" / "new.txt"
+    for raw, words in [
+        ("link/inside.txt", "symlinks are not accessible"),
+        ("nope/x", "path is not accessible"),
+        ("../x", "path must be relative"),
+        (".fs-agent", "path is not accessible"),
+    ]:
+        with pytest.raises(AgentError, match=words):
+            w.resolve_path(raw, must_exist=False)
+
+
+def test_commands_still_go_through_the_subprocess_run_seam(root, monkeypatch):
+    """specs/agent.md: tests replace ``fs_agent.workspace.subprocess.run``; the runner must call it."""
+    from types import SimpleNamespace
+
+    from fs_agent import workspace as workspace_module
+
+    calls = []
+
+    def fake_run(argv, **kw):
+        calls.append((argv, kw["cwd"], kw["env"]["HOME"], kw["start_new_session"]))
+        return SimpleNamespace(returncode=3, stdout=b"focused ", stderr="fail\n")
+
+    monkeypatch.setattr(workspace_module.subprocess, "run", fake_run)
+    w = workspace(root, allowed_commands=(("python", "-c", "print(1)"),))
+    assert w.execute(ToolAction("run_command", {"argv": ["python", "-c", "print(1)"]})) == (
+        "status: 3\noutput:\nfocused fail\n"
+    )
+    assert calls == [(["python", "-c", "print(1)"], root.resolve(), str(root.resolve()), True)]

@@ -13,6 +13,7 @@ import hashlib
 import math
 import os
 import stat
+import subprocess  # noqa: F401 - the seam agent tests replace (workspace.subprocess.run): commands.py calls it
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -20,7 +21,8 @@ from typing import Any
 
 from fs_weights.safetensors import current_umask
 
-from .commands import command_env, run_confined
+from . import commands
+from .commands import command_env
 from .confined import STATE_DIR, ConfinedRoot
 from .protocol import AgentError, ToolAction, check_text
 from .receipts import EffectReceipt, ReceiptStore, anchor_path
@@ -158,6 +160,21 @@ class Workspace:
             raise AgentError("path is not accessible")
         return parts
 
+    def resolve_path(self, raw: Any, *, must_exist: bool = True) -> Path:
+        """The absolute path ``raw`` names, checked component by component through the root's descriptor (any
+        symlink refused). For naming a file only: every read and write goes through ``fs`` again, by descriptor,
+        so what this returned cannot be swapped before it is used."""
+        parts = self.parts(raw)
+        for i in range(1, len(parts) + 1):
+            st = self.fs.lstat(parts[:i])
+            if st is None:
+                if must_exist or i < len(parts):
+                    raise AgentError("path is not accessible")
+                break
+            if stat.S_ISLNK(st.st_mode):
+                raise AgentError("symlinks are not accessible")
+        return self.policy.root.joinpath(*parts)
+
     def file_bytes(self, raw: str) -> bytes:
         """A file's bytes, confined as every read is (evaluation reads evidence through this)."""
         return self.fs.read(self._file_parts(raw), self.policy.max_file_bytes)[0]
@@ -286,7 +303,7 @@ class Workspace:
     def run_command(self, argv: list[str]) -> str:
         self._check_command(argv)
         env = command_env(self.policy.root, self.policy.pass_env)
-        status, output = run_confined(argv, self.policy.root, self.policy.command_timeout_seconds, env)
+        status, output = commands.run_confined(argv, self.policy.root, self.policy.command_timeout_seconds, env)
         return f"status: {status}\noutput:\n{output[:MAX_COMMAND_OUTPUT]}"
 
     # --- the gate -------------------------------------------------------------------------------------------
