@@ -2,12 +2,12 @@
 
     python benchmarks/llama_cpp.py [--cache DIR]      # build (once) and print the bin directory
 
-The source is the vendored tree of a pinned llama-cpp-python sdist (llama.cpp commit 0c1e570), downloaded from
-PyPI and checked against PyPI's SHA-256; it is built once with ``GGML_NATIVE=ON`` (the instructions this CPU has)
-into ``DIR`` (``nox -s bench`` passes its own cache) and reused. llama.cpp is timed by ``llama-bench`` (prefill and
-decode, batch 1) and ``llama-batched-bench`` (aggregate decode at several batch sizes), the figures llama.cpp users
-quote; each process's peak RSS is its ``VmHWM``, polled from ``/proc/<pid>/status`` while it runs (``ru_maxrss``
-survives ``exec``, so a child would report its parent's peak).
+The source is the vendored tree of a pinned llama-cpp-python sdist (llama.cpp commit 0c1e570), found through
+PyPI's simple index and checked against the SHA-256 pinned below; it is built once with ``GGML_NATIVE=ON`` (the
+instructions this CPU has) into ``DIR`` (``nox -s bench`` passes its own cache) and reused. llama.cpp is timed by
+``llama-bench`` (prefill and decode, batch 1) and ``llama-batched-bench`` (aggregate decode at several batch sizes),
+the figures llama.cpp users quote; each process's peak RSS is its ``VmHWM``, polled from ``/proc/<pid>/status``
+while it runs (``ru_maxrss`` survives ``exec``, so a child would report its parent's peak).
 """
 
 import argparse
@@ -21,6 +21,8 @@ import urllib.request
 from pathlib import Path
 
 VERSION = "0.3.36"  # llama-cpp-python; its vendor/llama.cpp is llama.cpp 0c1e570
+SDIST = f"llama_cpp_python-{VERSION}.tar.gz"
+SHA256 = "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"  # PyPI's, pinned here
 TARGETS = ("llama-bench", "llama-batched-bench")
 CMAKE_FLAGS = (
     "-DCMAKE_BUILD_TYPE=Release",
@@ -48,18 +50,23 @@ def build(cache: Path) -> Path:
 
 
 def _download(cache: Path) -> Path:
-    meta = json.load(urllib.request.urlopen(f"https://pypi.org/pypi/llama-cpp-python/{VERSION}/json", timeout=60))
-    sdist = next(u for u in meta["urls"] if u["packagetype"] == "sdist")
-    target = cache / sdist["filename"]
-    if not target.exists() or hashlib.sha256(target.read_bytes()).hexdigest() != sdist["digests"]["sha256"]:
-        cache.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_suffix(".part")
-        with urllib.request.urlopen(sdist["url"], timeout=600) as r, open(tmp, "wb") as f:
-            while chunk := r.read(1 << 20):
-                f.write(chunk)
-        if hashlib.sha256(tmp.read_bytes()).hexdigest() != sdist["digests"]["sha256"]:
-            raise SystemExit(f"{sdist['url']}: SHA-256 does not match PyPI's")
-        tmp.replace(target)
+    target = cache / SDIST
+    if target.exists() and hashlib.sha256(target.read_bytes()).hexdigest() == SHA256:
+        return target
+    index = urllib.request.Request(
+        "https://pypi.org/simple/llama-cpp-python/", headers={"Accept": "application/vnd.pypi.simple.v1+json"}
+    )
+    files = json.load(urllib.request.urlopen(index, timeout=60))["files"]
+    url = next(f["url"] for f in files if f["filename"] == SDIST)
+    cache.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_suffix(".part")
+    with urllib.request.urlopen(url, timeout=600) as r, open(tmp, "wb") as f:
+        while chunk := r.read(1 << 20):
+            f.write(chunk)
+    if hashlib.sha256(tmp.read_bytes()).hexdigest() != SHA256:
+        tmp.unlink()
+        raise SystemExit(f"{url}: SHA-256 is not the pinned {SHA256}")
+    tmp.replace(target)
     return target
 
 
@@ -99,19 +106,14 @@ def bench(bindir: Path, gguf: Path, prompt: int, decode: int, threads: int = 2) 
 
 
 def batched(bindir: Path, gguf: Path, prompt: int, decode: int, batches: list[int], threads: int = 2) -> dict:
-    """``llama-batched-bench``: aggregate decode tok/s (its S_TG column) per batch size."""
-    npl = ",".join(map(str, batches))
+    """``llama-batched-bench``: aggregate decode tok/s (its S_TG, ``speed_tg``) per batch size."""
     ctx = max(batches) * (prompt + decode) + 16
     out, _ = run_measured(
-        [bindir / "llama-batched-bench", "-m", gguf, "-c", ctx, "-b", 2048, "-ub", 512, "-npp", prompt,
-         "-ntg", decode, "-npl", npl, "-t", threads]
+        [bindir / "llama-batched-bench", "-m", gguf, "-c", ctx, "-npp", prompt, "-ntg", decode,
+         "-npl", ",".join(map(str, batches)), "-t", threads, "--output-format", "jsonl"]
     )  # fmt: skip
-    rates = {}
-    for line in out.splitlines():  # | PP | TG | B | N_KV | T_PP s | S_PP t/s | T_TG s | S_TG t/s | T s | S t/s |
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) >= 8 and cells[2].isdigit():
-            rates[int(cells[2])] = float(cells[7])
-    return rates
+    rows = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    return {r["pl"]: r["speed_tg"] for r in rows}
 
 
 if __name__ == "__main__":
