@@ -75,3 +75,52 @@ def test_decode_in_a_batch_equals_decode_alone(model):
         pad = [L - len(p) for p in prompts[:B]]
         out = model(np.array([[7]] * B), L, c, logits_to_keep=1, pad=pad)[:, -1]
         assert max(rel_err(out[b], alone[b]) for b in range(B)) <= TOL
+
+
+KEPT = {"bf16": {"dtype": "native"}, "int8": {"quantize": "int8"}, "int4": {"quantize": "int4"}}
+
+
+@pytest.fixture(scope="module")
+def kept(tmp_path_factory):
+    """One bf16 checkpoint, loaded in every kept-weight format (the fast paths users run)."""
+    from fs_model import cpu
+
+    if not cpu.HAVE_NUMBA:  # the `kernels` session installs fs-model[fast]: there this must not skip
+        pytest.skip("numba is not installed: the kept-weight kernels are tested by `nox -s kernels`")
+    d = write_random_checkpoint(tmp_path_factory.mktemp("inv") / "bf16", config(), seed=6, dtype="bfloat16")
+    return {name: load_model(d, **kw) for name, kw in KEPT.items()}
+
+
+@pytest.mark.kernels
+@pytest.mark.parametrize("fmt", list(KEPT))
+@SETTINGS
+@given(
+    seq=st.lists(st.integers(0, V - 1), min_size=2, max_size=40), others=st.lists(tokens, max_size=11), data=st.data()
+)
+def test_kept_weights_are_bitwise_batch_invariant(kept, fmt, seq, others, data):
+    """Bit for bit (the [kernels] issue's contract): batch of up to 12 at any row, neighbours of any length, a prefix
+    from a cache then the rest in one call, then a decode step alone and inside the batch."""
+    model = kept[fmt]
+    solo = last_logits(model, [seq])[0]
+    rows = list(others)
+    where = data.draw(st.integers(0, len(rows)))
+    rows.insert(where, seq)
+    assert np.array_equal(last_logits(model, rows)[where], solo)
+    cut = data.draw(st.integers(1, len(seq) - 1))
+    caches = model.make_cache()
+    last_logits(model, [seq[:cut]], 0, caches)
+    assert np.array_equal(model(np.array([seq[cut:]]), cut, caches, logits_to_keep=1)[0, -1], solo)
+    alone = model(np.array([[3]]), len(seq), caches, logits_to_keep=1)[0, -1]
+    batch = model.make_cache()
+    last_logits(model, rows, 0, batch)
+    L = max(map(len, rows))
+    step = model(np.array([[3]] * len(rows)), L, batch, logits_to_keep=1, pad=[L - len(r) for r in rows])
+    assert np.array_equal(step[where, -1], alone)
+
+
+@pytest.mark.kernels
+def test_the_fast_non_invariant_path_is_opt_in(kept):
+    from fs_model.cpu import SWITCHES
+
+    assert SWITCHES.batch_invariant  # the default: FS_BATCH_INVARIANT=0 opts out
+    assert all(type(m.blocks[0].attn).__name__ == "InvariantAttention" for m in kept.values())

@@ -10,6 +10,7 @@ environment switches are read here and nowhere else; ``SWITCHES`` holds them (te
 | ``FS_BF16_GEMM=0`` | on where the CPU has AVX512-BF16 | prefill with bf16 weights widens to float32 and uses BLAS |
 | ``FS_INT8_ACTIVATIONS=0`` | on where the CPU has AVX-512 VNNI | 4-bit decode keeps float activations |
 | ``FS_REFERENCE_PATH=1`` | off | decode steps use the numpy glue instead of the fused kernels |
+| ``FS_BATCH_INVARIANT=0`` | on | kept-weight models may take M-dependent kernels (BLAS / GEMM prefill, int8 decode) |
 
 One module per kernel family: ``bf16`` (bf16 weights as uint16 bits), ``affine`` (MLX-style 4/8-bit codes),
 ``bf16_gemm`` and ``vnni`` (hand-written LLVM IR, ``llvm_ir``), ``fused`` (the decode step's glue), ``blas``
@@ -49,6 +50,7 @@ class Switches:
     bf16_gemm: bool = True
     int8_activations: bool = True
     fused_decode: bool = True
+    batch_invariant: bool = True
     num_threads: int | None = None
 
     @classmethod
@@ -58,6 +60,7 @@ class Switches:
             bf16_gemm=env.get("FS_BF16_GEMM", "") != "0",
             int8_activations=env.get("FS_INT8_ACTIVATIONS", "") != "0",
             fused_decode=env.get("FS_REFERENCE_PATH", "") in ("", "0"),
+            batch_invariant=env.get("FS_BATCH_INVARIANT", "") != "0",
             num_threads=int(threads) if threads.isdigit() and int(threads) > 0 else None,
         )
 

@@ -17,7 +17,7 @@ import numpy as np
 from fs_weights import bf16_to_f32, dequantize, quantize
 
 from ..numpy.linear import Linear
-from . import HAVE_NUMBA, bf16_gemm, vnni
+from . import HAVE_NUMBA, SWITCHES, bf16_gemm, vnni
 from .blas import SMALL, blocked_matmul, scratch
 
 
@@ -209,9 +209,11 @@ class AffineLinear(Linear):
         self.w = w
         self.shape = w.shape
         k = w.shape[1]
-        # decided once: the CPU, the switches and the shape do not change
+        # decided once: the CPU, the switches and the shape do not change. Batch invariance (the default) runs one
+        # row kernel for every M, so a row's result never depends on how many rows share the call
+        self.invariant = SWITCHES.batch_invariant
         self.integer_decode = vnni.applies(w.bits, w.group_size, k)
-        self.gemm = bf16_gemm.applies(w)
+        self.gemm = bf16_gemm.applies(w) and not self.invariant
 
     def matmul(self, rows: np.ndarray) -> np.ndarray:
         w = self.w
@@ -220,9 +222,10 @@ class AffineLinear(Linear):
         G = w.group_size
         if not HAVE_NUMBA:
             return rows @ w.dequantize().T
-        if rows.shape[0] <= SMALL and self.integer_decode:
+        small = rows.shape[0] <= SMALL or self.invariant
+        if small and self.integer_decode:
             return vnni.rows(w, rows)
-        if rows.shape[0] <= SMALL:
+        if small:
             y = np.empty((rows.shape[0], n), np.float32)
             xsum = rows.reshape(rows.shape[0], -1, G).sum(axis=2, dtype=np.float32)
             (_rows_q8 if w.bits == 8 else _rows_q4)(w.codes, w.scales, w.biases, rows, xsum, G, y)

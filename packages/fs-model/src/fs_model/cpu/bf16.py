@@ -12,7 +12,7 @@ import numpy as np
 from fs_weights import bf16_to_f32
 
 from ..numpy.linear import Linear
-from . import HAVE_NUMBA, bf16_gemm
+from . import HAVE_NUMBA, SWITCHES, bf16_gemm
 from .blas import SMALL, blocked_matmul
 
 if HAVE_NUMBA:
@@ -54,20 +54,24 @@ def rows_kernel(x: np.ndarray, w: np.ndarray) -> np.ndarray:
 class Bf16Linear(Linear):
     """``x @ Wᵀ`` for W [out, in] held as bf16 bits (uint16): a read-only mmap of a BF16 tensor needs no copy.
 
-    Decode-sized inputs (≤ SMALL rows: a batch's single-token rows) take one kernel pass over the weights with
-    float32 activations; prefill rounds the activations to bf16 on the bf16 GEMM where it applies."""
+    Decode-sized inputs (≤ SMALL rows: a batch's single-token rows), and every input when batch invariance is on
+    (the default), take one kernel pass over the weights with float32 activations; otherwise prefill rounds the
+    activations to bf16 on the bf16 GEMM where it applies, or widens blocks of weights for BLAS."""
 
     def __init__(self, w: np.ndarray):
         if w.dtype != np.uint16 or w.ndim != 2:
             raise ValueError(f"Bf16Linear needs a 2-D uint16 array of bf16 bits, got {w.dtype} {w.shape}")
         self.w = w
         self.shape = w.shape
-        self.gemm = bf16_gemm.applies(w)  # decided once: the CPU, the switch and the shape do not change
+        # decided once: the CPU, the switches and the shape do not change. Batch invariance (the default) takes the
+        # row kernel for every M: each output element is one fixed dot-product loop, whatever else is in the call
+        self.invariant = SWITCHES.batch_invariant
+        self.gemm = bf16_gemm.applies(w) and not self.invariant
 
     def matmul(self, rows: np.ndarray) -> np.ndarray:
         if not HAVE_NUMBA:
             return rows @ bf16_to_f32(self.w).T
-        if rows.shape[0] <= SMALL:
+        if rows.shape[0] <= SMALL or self.invariant:
             return rows_kernel(rows, self.w)
         if self.gemm:
             return bf16_gemm.matmul(rows, self.w)

@@ -1,9 +1,19 @@
-"""The decode step on fused kernels: the reference attention and block with their S = 1 path swapped in.
+"""The reference attention and block with the fused kernels swapped in: for decode steps, or for every step.
 
-Chosen once, when the numpy backend is built (``build.py`` calls ``fused_decode_applies``): the fused kernels pay
-off when the matrices run on numba kernels too (bf16 bits, quantized codes). float32 matrices run on OpenBLAS's
-threads, and interleaving numba calls between its products measured slower than the numpy glue
-(docs/performance.md). Prefill (S > 1) is the reference code unchanged.
+Chosen once, when the numpy backend is built (``build.py`` calls ``fused_applies`` and ``invariant_applies``): the
+fused kernels pay off when the matrices run on numba kernels too (bf16 bits, quantized codes). float32 matrices run
+on OpenBLAS's threads, and interleaving numba calls between its products measured slower than the numpy glue
+(docs/performance.md), so float32 models keep the reference classes.
+
+Two variants:
+
+- ``FusedAttention`` / ``FusedBlock``: decode steps (S = 1) on the fused kernels, prefill on the reference code.
+  Fastest prefill, but a token's bits depend on whether it was prefilled or decoded (numpy's pairwise sums and
+  BLAS reduce in other orders than the fused loops).
+- ``InvariantAttention`` / ``InvariantBlock`` (the default, ``FS_BATCH_INVARIANT``): every step on the same fused
+  kernels, whose per-row, per-query loops do not depend on how many rows, queries or padded keys a call has. With
+  the kept-weight linears on their row kernels for every M (bf16.py, affine.py), a sequence's logits are then the
+  same bits alone or in any batch, prefilled in one call or in chunks, from a cold cache or a cached prefix.
 """
 
 from typing import Any
@@ -23,29 +33,47 @@ def fused_decode_applies(matrix: Linear) -> bool:
     return HAVE_NUMBA and SWITCHES.fused_decode and not isinstance(matrix, DenseLinear)
 
 
+def invariant_applies(matrix: Linear) -> bool:
+    """True when every step should: the fused path applies and batch invariance is on (the default)."""
+    return fused_decode_applies(matrix) and SWITCHES.batch_invariant
+
+
 class FusedAttention(Attention):
+    all_steps = False  # True: prefill too (InvariantAttention)
+
     def __call__(
         self, x: np.ndarray, tables: tuple[np.ndarray, np.ndarray], cache: Any = None, pad: np.ndarray | None = None
     ) -> np.ndarray:
-        if x.shape[1] != 1:
+        B, S, _ = x.shape
+        if S != 1 and not self.all_steps:
             return super().__call__(x, tables, cache, pad)
-        B = x.shape[0]
-        q = fused.norm_rope(self.wq(x).reshape(B, self.nh, self.D), self.q_norm, self.eps, *tables)
-        k = fused.norm_rope(self.wk(x).reshape(B, self.nkv, self.D), self.k_norm, self.eps, *tables)
-        k, v = k[:, :, None], self.wv(x).reshape(B, self.nkv, 1, self.D)
+        q = fused.norm_rope(self.wq(x).reshape(B, S, self.nh, self.D), self.q_norm, self.eps, *tables)
+        k = fused.norm_rope(self.wk(x).reshape(B, S, self.nkv, self.D), self.k_norm, self.eps, *tables)
+        q, k = q.transpose(0, 2, 1, 3), k.transpose(0, 2, 1, 3)  # [B, heads, S, D]
+        v = self.wv(x).reshape(B, S, self.nkv, self.D).transpose(0, 2, 1, 3)
         if self.kv_bf16:
             k, v = f32_to_bf16(k), f32_to_bf16(v)
         if cache is None:
-            K, V, T = k, v, 1
+            K, V, T = k, v, S
         elif hasattr(cache, "update_and_fetch_buffers"):  # a dense cache: its buffers, read in place
             K, V, T = cache.update_and_fetch_buffers(k, v)
         else:  # any other cache (paged: gathered from its blocks)
             K, V = cache.update_and_fetch(k, v)
             T = K.shape[2]
-        out = fused.attend(q, K, V, T, self.scale, pad)
-        return self.wo(out.reshape(B, 1, self.nh * self.D))
+        out = fused.attend(q, K, V, T, self.scale, pad)  # [B, nh, S, D]
+        return self.wo(out.transpose(0, 2, 1, 3).reshape(B, S, self.nh * self.D))
 
 
 class FusedBlock(Block):
+    all_steps = False
+
     def norm(self, x: np.ndarray, w: np.ndarray) -> np.ndarray:
-        return fused.rms_norm(x, w, self.eps) if x.shape[1] == 1 else super().norm(x, w)
+        return fused.rms_norm(x, w, self.eps) if x.shape[1] == 1 or self.all_steps else super().norm(x, w)
+
+
+class InvariantAttention(FusedAttention):
+    all_steps = True
+
+
+class InvariantBlock(FusedBlock):
+    all_steps = True

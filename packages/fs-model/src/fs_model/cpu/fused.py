@@ -65,48 +65,58 @@ if HAVE_NUMBA:
         return lambda rows, buf: rows
 
     def _attend_impl(q, K, V, T, scale, pad, out):  # pragma: no cover - compiled
-        """One query per row over the first T cache positions: q/out [B, nh, D], K/V [B, nkv, >=T, D] (float32, or
-        bf16 bits widened a tile at a time); the G = nh/nkv query heads of a kv head share each K and V row read.
-        Keys before pad[b] are invisible (all invisible: uniform average, as the reference's finite mask gives)."""
-        B, nh, D = q.shape
+        """S queries per row at cache positions T-S .. T-1, each over the keys up to its own position: q/out
+        [B, nh, S, D], K/V [B, nkv, >=T, D] (float32, or bf16 bits widened a tile at a time); the G = nh/nkv query
+        heads of a kv head share each K and V row read. Keys before pad[b] are invisible (all invisible: a uniform
+        average, as the reference's finite mask gives).
+
+        Each query's arithmetic is the same loop over its visible keys in increasing order, whatever S is, where
+        the call starts and how much padding its row has: a token attended in a prefill and the same token
+        attended alone in a decode step get the same bits (batch invariance)."""
+        B, nh, S, D = q.shape
         nkv = K.shape[1]
         G = nh // nkv
         TILE = 64
         for bg in prange(B * nkv):
             b, g = bg // nkv, bg % nkv
-            blind = pad[b] >= T  # every key masked: equal scores, so a uniform average
-            lo = 0 if blind else pad[b]
             s = np.empty((G, T), np.float32)
-            m = np.full(G, -np.inf, np.float32)
+            m = np.empty(G, np.float32)
             buf = np.empty((TILE, D), np.float32)
-            for t0 in range(lo, T, TILE):
-                t1 = min(T, t0 + TILE)
-                kt = _tile(K[b, g, t0:t1], buf)
-                for t in range(t1 - t0):
-                    k = kt[t]
-                    for j in range(G):
-                        qj = q[b, g * G + j]
-                        acc = np.float32(0.0)
-                        for d in range(D):
-                            acc += qj[d] * k[d]
-                        acc = np.float32(0.0) if blind else acc * scale
-                        s[j, t0 + t] = acc
-                        m[j] = max(m[j], acc)
-            o = np.zeros((G, D), np.float32)
-            tot = np.zeros(G, np.float32)
-            for t0 in range(lo, T, TILE):
-                t1 = min(T, t0 + TILE)
-                vt = _tile(V[b, g, t0:t1], buf)
-                for t in range(t1 - t0):
-                    v = vt[t]
-                    for j in range(G):
-                        p = np.exp(s[j, t0 + t] - m[j])
-                        tot[j] += p
-                        for d in range(D):
-                            o[j, d] += p * v[d]
-            for j in range(G):
-                for d in range(D):
-                    out[b, g * G + j, d] = o[j, d] / tot[j]
+            o = np.empty((G, D), np.float32)
+            tot = np.empty(G, np.float32)
+            for i in range(S):
+                Ti = T - S + i + 1  # causal: this query sees keys 0 .. T-S+i
+                blind = pad[b] >= Ti  # every key masked: equal scores, so a uniform average
+                lo = 0 if blind else pad[b]
+                m[:] = -np.inf
+                for t0 in range(lo, Ti, TILE):
+                    t1 = min(Ti, t0 + TILE)
+                    kt = _tile(K[b, g, t0:t1], buf)
+                    for t in range(t1 - t0):
+                        k = kt[t]
+                        for j in range(G):
+                            qj = q[b, g * G + j, i]
+                            acc = np.float32(0.0)
+                            for d in range(D):
+                                acc += qj[d] * k[d]
+                            acc = np.float32(0.0) if blind else acc * scale
+                            s[j, t0 + t] = acc
+                            m[j] = max(m[j], acc)
+                o[:] = 0.0
+                tot[:] = 0.0
+                for t0 in range(lo, Ti, TILE):
+                    t1 = min(Ti, t0 + TILE)
+                    vt = _tile(V[b, g, t0:t1], buf)
+                    for t in range(t1 - t0):
+                        v = vt[t]
+                        for j in range(G):
+                            p = np.exp(s[j, t0 + t] - m[j])
+                            tot[j] += p
+                            for d in range(D):
+                                o[j, d] += p * v[d]
+                for j in range(G):
+                    for d in range(D):
+                        out[b, g * G + j, i, d] = o[j, d] / tot[j]
 
     _attend = njit(parallel=True, fastmath=True, cache=True)(_attend_impl)
 
@@ -119,23 +129,30 @@ def rms_norm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
 
 
 def norm_rope(x: np.ndarray, w: np.ndarray, eps: float, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
-    """x [B, heads, D] for one token; cos/sin as RoPE.tables gives them for that token ([1, D/2] or per row)."""
-    B, half = x.shape[0], x.shape[2] // 2
-    cos, sin = cos.reshape(-1, half), sin.reshape(-1, half)
-    if cos.shape[0] != B:  # one position shared by every row
-        cos, sin = np.repeat(cos, B, axis=0), np.repeat(sin, B, axis=0)
-    out = np.empty_like(x)
-    _norm_rope(np.ascontiguousarray(x), w, np.float32(eps), cos, sin, out)
-    return out
+    """Per-head RMSNorm then RoPE. x [B, heads, D] (one token per row) or [B, S, heads, D]; cos/sin as
+    RoPE.tables gives them: [S, D/2] for positions shared by every row, [B, 1, S, D/2] for per-row ones."""
+    one = x.ndim == 3
+    x4 = x[:, None] if one else x
+    B, S, nh, D = x4.shape
+    half = D // 2
+    rows = cos.shape[0] if cos.ndim == 4 else 1
+    cos = np.broadcast_to(cos.reshape(rows, S, half), (B, S, half)).reshape(B * S, half)
+    sin = np.broadcast_to(sin.reshape(rows, S, half), (B, S, half)).reshape(B * S, half)
+    out = np.empty((B * S, nh, D), np.float32)
+    flat = np.ascontiguousarray(x4.reshape(B * S, nh, D), dtype=np.float32)
+    _norm_rope(flat, w, np.float32(eps), np.ascontiguousarray(cos), np.ascontiguousarray(sin), out)
+    return out.reshape(x.shape)
 
 
 def attend(
     q: np.ndarray, K: np.ndarray, V: np.ndarray, T: int, scale: np.float32, pad: np.ndarray | None
 ) -> np.ndarray:
-    """q [B, nh, D] over the first T positions of K/V [B, nkv, >=T, D] -> [B, nh, D]. K and V are read in place:
-    pass a cache's own buffers (``DenseKVCache.update_and_fetch_buffers``), not a strided view of them."""
+    """q [B, nh, D] (one query per row, at position T-1) or [B, nh, S, D] (S queries at T-S .. T-1) over the first T
+    positions of K/V [B, nkv, >=T, D]; the output has q's shape. K and V are read in place: pass a cache's own
+    buffers (``DenseKVCache.update_and_fetch_buffers``), not a strided view of them."""
     B = q.shape[0]
     pads = np.zeros(B, np.int64) if pad is None else np.asarray(pad, np.int64).reshape(B)
-    out = np.empty_like(q)
-    _attend(q, np.ascontiguousarray(K), np.ascontiguousarray(V), T, scale, pads, out)
-    return out
+    q4 = np.ascontiguousarray(q if q.ndim == 4 else q[:, :, None])
+    out = np.empty_like(q4)
+    _attend(q4, np.ascontiguousarray(K), np.ascontiguousarray(V), T, scale, pads, out)
+    return out if q.ndim == 4 else out[:, :, 0]

@@ -3,7 +3,8 @@
 This is where the CPU path's decisions are made, in order:
 1. the format each matrix is kept in (``dtype`` / ``quantize``): float32 copies, bf16 bits, or affine codes;
 2. its layer: ``DenseLinear`` (BLAS), ``Bf16Linear`` or ``AffineLinear`` (fs_model.cpu kernels);
-3. whether decode steps run the fused glue (``FusedAttention`` / ``FusedBlock``) or the reference classes;
+3. whether every step runs the fused glue (``InvariantAttention`` / ``InvariantBlock``: batch-invariant, the
+   default), decode steps only (``FusedAttention`` / ``FusedBlock``, ``FS_BATCH_INVARIANT=0``), or neither;
 4. whether a prefill keeps OpenBLAS to one thread (when the matrices run on numba's pool).
 """
 
@@ -20,7 +21,14 @@ from ..cpu import HAVE_NUMBA
 from ..cpu.affine import AffineLinear, AffineWeight, from_mlx, quantize_affine
 from ..cpu.bf16 import Bf16Linear
 from ..cpu.blas import SMALL, one_blas_thread
-from ..cpu.decode_step import FusedAttention, FusedBlock, fused_decode_applies
+from ..cpu.decode_step import (
+    FusedAttention,
+    FusedBlock,
+    InvariantAttention,
+    InvariantBlock,
+    fused_decode_applies,
+    invariant_applies,
+)
 from ..errors import ModelError
 from .attention import Attention
 from .block import Block
@@ -62,7 +70,7 @@ def from_checkpoint(
             RuntimeWarning,
             stacklevel=2,
         )
-    fused = fused_decode_applies(gate)
+    fused, invariant = fused_decode_applies(gate), invariant_applies(gate)
     on_numba_threads = bool(getattr(gate, "uses_numba_threads", False))
 
     def context(S: int) -> contextlib.AbstractContextManager[Any]:
@@ -74,8 +82,8 @@ def from_checkpoint(
         weights,
         path,
         kv_dtype=kv_dtype,
-        attention=FusedAttention if fused else Attention,
-        block=FusedBlock if fused else Block,
+        attention=InvariantAttention if invariant else FusedAttention if fused else Attention,
+        block=InvariantBlock if invariant else FusedBlock if fused else Block,
         context=context,
     )
 
