@@ -116,6 +116,7 @@ BENCHES = {
     "generate_batch": ["benchmarks/generate_batch.py"],
     "kvcache_decode": ["benchmarks/kvcache_decode.py"],
     "quant_quality": ["benchmarks/quant_quality.py"],
+    "invariance_cost": ["benchmarks/invariance_cost.py"],
 }
 
 

@@ -20,20 +20,28 @@ if HAVE_NUMBA:
 
     @njit(parallel=True, fastmath=True, cache=True)
     def _rows_bf16(w: np.ndarray, X: np.ndarray, out: np.ndarray) -> None:  # pragma: no cover - compiled
-        """out[r, i] = X[r] · widen(w[i]) for a few rows r: every weight row is read (and widened) once."""
+        """out[r, i] = X[r] · widen(w[i]): every weight row is read (and widened) once, for all rows r.
+
+        16 weight rows are widened at a time, then met by the input rows 8 at a time, so a prefill's many rows
+        are streamed once per 16 weight rows, not once per weight row. Every output element is the same dot loop
+        whatever the number of rows (batch invariance: the loop order changes, no element's arithmetic)."""
         n, k = w.shape
         m = X.shape[0]
         for b in prange((n + 15) // 16):
-            u = np.empty(k, np.uint32)
+            lo, hi = b * 16, min(n, b * 16 + 16)
+            u = np.empty((16, k), np.uint32)
             f = u.view(np.float32)
-            for i in range(b * 16, min(n, b * 16 + 16)):
+            for i in range(lo, hi):
                 for j in range(k):
-                    u[j] = np.uint32(w[i, j]) << np.uint32(16)
-                for r in range(m):
-                    acc = np.float32(0.0)
-                    for j in range(k):
-                        acc += f[j] * X[r, j]
-                    out[r, i] = acc
+                    u[i - lo, j] = np.uint32(w[i, j]) << np.uint32(16)
+            for r0 in range(0, m, 8):
+                for i in range(lo, hi):
+                    fi = f[i - lo]
+                    for r in range(r0, min(m, r0 + 8)):
+                        acc = np.float32(0.0)
+                        for j in range(k):
+                            acc += fi[j] * X[r, j]
+                        out[r, i] = acc
 
     @njit(fastmath=True, cache=True)
     def _widen_rows(w: np.ndarray, a: int, out: np.ndarray) -> None:  # pragma: no cover - compiled
