@@ -39,7 +39,10 @@ def main() -> None:
     t0 = time.perf_counter()
     many = generate_batch(model, None, prompts, max_new_tokens=args.tokens, eos_token_ids=[])
     tb = time.perf_counter() - t0
-    assert many[0].token_ids == one.token_ids
+    solos = [one] + [generate(model, None, p, max_new_tokens=args.tokens, eos_token_ids=[]) for p in prompts[1:]]
+    same = [m.token_ids == s.token_ids for m, s in zip(many, solos, strict=True)]
+    print(f"rows equal to their solo run: {sum(same)} of {len(same)}")
+    assert all(same), same
     r1 = len(one.token_ids) / one.generation_seconds
     rb = sum(len(g.token_ids) for g in many) / (tb - many[0].prompt_seconds)
     print(
