@@ -9,7 +9,7 @@ environment switches are read here and nowhere else; ``SWITCHES`` holds them (te
 | ``FS_NUM_THREADS=N`` | every usable core | caps numba's kernel threads |
 | ``FS_BF16_GEMM=0`` | on where the CPU has AVX512-BF16 | prefill with bf16 weights widens to float32 and uses BLAS |
 | ``FS_INT8_ACTIVATIONS=0`` | on where the CPU has AVX-512 VNNI | 4-bit decode keeps float activations |
-| ``FS_REFERENCE_PATH=1`` | off | decode steps use the numpy glue instead of the fused kernels |
+| ``FS_REFERENCE_PATH=1`` | off | every step uses the numpy glue instead of the fused kernels |
 | ``FS_BATCH_INVARIANT=0`` | on | kept-weight models may take M-dependent kernels (BLAS / GEMM prefill, int8 decode) |
 
 One module per kernel family: ``bf16`` (bf16 weights as uint16 bits), ``affine`` (MLX-style 4/8-bit codes),

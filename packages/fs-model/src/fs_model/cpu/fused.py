@@ -1,12 +1,13 @@
-"""Fused decode-step work for the numba path (``fs-model[fast]``): one compiled call where numpy needs many.
+"""Fused step work for the numba path (``fs-model[fast]``): one compiled call where numpy needs many.
 
 A decode step (S = 1) spends its time reading weights; the numpy glue between the matrix kernels (RMSNorm, the
 per-head q/k norm and RoPE, grouped-query attention over the cache, softmax) is a dozen small array operations
 per layer, each a few microseconds of dispatch for a few kilobytes of data: ~15 % of a 0.6B decode step
-(docs/performance.md). These kernels do the same arithmetic in one pass each, in float32, and are tested against
-the readable numpy path (norm.py, rope.py, attention.py), which stays the reference and runs whenever numba is
-absent, ``FS_REFERENCE_PATH=1`` is set, a step has more than one token, or the weights are float32
-(decode_step.py decides, once, when the model is built).
+(docs/performance.md). These kernels do the same arithmetic in one pass each, in float32, per row and per query,
+so with batch invariance on (the default) they serve prefill too and a token gets the same bits however it was
+computed. They are tested against the readable numpy path (norm.py, rope.py, attention.py), which stays the
+reference and runs whenever numba is absent, ``FS_REFERENCE_PATH=1`` is set, or the weights are float32; with
+``FS_BATCH_INVARIANT=0`` prefill (S > 1) takes it too (decode_step.py decides, once, when the model is built).
 """
 
 import numpy as np
