@@ -117,6 +117,7 @@ BENCHES = {
     "kvcache_decode": ["benchmarks/kvcache_decode.py"],
     "quant_quality": ["benchmarks/quant_quality.py"],
     "invariance_cost": ["benchmarks/invariance_cost.py"],
+    "threads": ["benchmarks/threads.py"],
 }
 
 
