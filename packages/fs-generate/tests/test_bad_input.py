@@ -107,3 +107,18 @@ def test_ctrl_c_at_any_moment_exits_130_without_a_traceback(tiny_dir, delay):
     p.send_signal(signal.SIGINT)
     _, err = p.communicate(timeout=120)
     assert p.returncode == 130 and b"Traceback" not in err, err[-400:]
+
+
+def test_threads_caps_the_kernel_pools(tiny_dir):
+    code = (
+        "import sys; from fs_generate.cli import main; main(sys.argv[1:]); "
+        "from fs_model.cpu import HAVE_NUMBA, SWITCHES; print('threads', SWITCHES.num_threads)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, "--model", str(tiny_dir), "--prompt", "hi", "--max-tokens", "2", "--threads", "1"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0 and "threads 1" in done.stdout, done.stderr[-400:]
+    assert cli("--model", str(tiny_dir), "--prompt", "hi", "--threads", "0").returncode == 2

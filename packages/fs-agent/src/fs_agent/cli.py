@@ -98,7 +98,9 @@ def _prefix_identity(checkpoint_id: str, model: Any, tok: Any) -> str:
 
 def _load(args: argparse.Namespace) -> tuple[Any, Any]:
     from fs_generate import load
+    from fs_model.cpu import set_threads
 
+    set_threads(args.threads)
     return load(args.model, backend=args.backend)
 
 
@@ -326,6 +328,7 @@ def parser() -> argparse.ArgumentParser:
     for name in ("run", "fork", "eval"):
         p = sub.add_parser(name)
         p.add_argument("--backend", choices=["numpy", "mlx"], default="numpy")
+        p.add_argument("--threads", type=positive_int, help="cap the CPU kernels' threads (default: every core)")
         p.add_argument("--max-tokens", type=positive_int, default=256)
         p.add_argument("--max-steps", type=positive_int, default=8)
         p.add_argument("--enable-thinking", action="store_true")

@@ -67,6 +67,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--system", help="system message (with --chat)")
     ap.add_argument("--enable-thinking", action="store_true", help="let Qwen3 think (with --chat)")
     ap.add_argument("--backend", choices=["numpy", "mlx"], default="numpy")
+    ap.add_argument("--threads", type=positive_int, help="cap the CPU kernels' threads (default: every core)")
     ap.add_argument(
         "--dtype",
         choices=["float32", "bfloat16", "float16", "native"],
@@ -109,6 +110,10 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     out, err = sys.stdout, sys.stderr
+    if args.threads is not None:
+        from fs_model.cpu import set_threads
+
+        set_threads(args.threads)
     prompt_text = (
         decode_utf8(sys.stdin.buffer.read(), "standard input", GenerateError) if args.prompt == "-" else args.prompt
     )

@@ -37,11 +37,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     lg.add_argument("--quantize", choices=["int8", "int4"], help="numpy: quantize weights at load (MLX affine)")
     lg.add_argument("--top", type=positive_int, default=10)
+    lg.add_argument("--threads", type=positive_int, help="cap the CPU kernels' threads (default: every core)")
     args = ap.parse_args(argv)
     return run_main("fs-model", lambda: _run(args), (ModelError, WeightsError, KVCacheError, OSError))
 
 
 def _run(args: argparse.Namespace) -> int:
+    from .cpu import set_threads
+
+    set_threads(args.threads)
     tok = None
     if args.ids is None:
         if args.text is None:

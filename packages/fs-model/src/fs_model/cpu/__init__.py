@@ -67,7 +67,23 @@ class Switches:
 
 SWITCHES = Switches.from_env(os.environ)
 
+
+def set_threads(n: int | None) -> None:
+    """Cap every kernel pool at ``n`` threads: numba's and OpenBLAS's (``FS_NUM_THREADS``; the CLIs' ``--threads``).
+    ``None`` keeps the default (every usable core)."""
+    if n is None:
+        return
+    if type(n) is not int or n <= 0:
+        raise ValueError(f"threads must be a positive int, got {n!r}")
+    SWITCHES.num_threads = n
+    if HAVE_NUMBA:
+        numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))  # type: ignore[attr-defined]
+    from .blas import limit_blas_threads
+
+    limit_blas_threads(n)
+
+
 if HAVE_NUMBA and SWITCHES.num_threads is not None:
     numba.set_num_threads(min(SWITCHES.num_threads, numba.config.NUMBA_NUM_THREADS))  # type: ignore[attr-defined]
 
-__all__ = ["FEATURES", "HAVE_NUMBA", "SWITCHES", "Switches"]
+__all__ = ["FEATURES", "HAVE_NUMBA", "SWITCHES", "Switches", "set_threads"]

@@ -45,6 +45,15 @@ def blocked_matmul(x: np.ndarray, n: int, k: int, fill: Callable[[int, np.ndarra
 _blas: list[Any] = []  # the threadpoolctl controller, found once (it scans the loaded libraries)
 
 
+def limit_blas_threads(n: int) -> None:
+    """Cap OpenBLAS's threads for the rest of the process (``--threads``); a no-op without threadpoolctl."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # pragma: no cover - fs-model[fast] installs it
+        return
+    threadpool_limits(limits=n, user_api="blas")
+
+
 def one_blas_thread() -> contextlib.AbstractContextManager[Any]:
     """OpenBLAS on one thread for the duration: while numba's pool runs the matrix products, OpenBLAS's own
     threads (spinning after each call) would take the cores from it - a bf16 prefill measured 185 tok/s with both
