@@ -124,3 +124,32 @@ def test_the_fast_non_invariant_path_is_opt_in(kept):
 
     assert SWITCHES.batch_invariant  # the default: FS_BATCH_INVARIANT=0 opts out
     assert all(type(m.blocks[0].attn).__name__ == "InvariantAttention" for m in kept.values())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fmt", list(KEPT))
+def test_kept_weights_are_bitwise_batch_invariant_at_qwen3_06b_shapes(tmp_path_factory, fmt):
+    """The same contract on the real block shapes (1024 hidden, 16/8 heads of 128, 3072 MLP, 28 layers), where the
+    row kernels split into many blocks and threads: a batch of 3 (the prompt in the middle), a 20 + 1 split, and a
+    decode step alone vs beside the other two rows."""
+    from fs_model import cpu
+    from fs_weights import preset
+
+    if not cpu.HAVE_NUMBA:
+        pytest.skip("numba is not installed: `nox -s slow` installs every extra")
+    d = tmp_path_factory.getbasetemp() / "qwen3-0.6b-bf16"
+    if not d.exists():
+        write_random_checkpoint(d, preset("qwen3-0.6b", vocab_size=4096), dtype="bfloat16", seed=2)
+    model = load_model(d, **KEPT[fmt])
+    rng = np.random.default_rng(3)
+    seq, a, b = (rng.integers(0, 4096, n).tolist() for n in (21, 9, 30))
+    solo = last_logits(model, [seq])[0]
+    assert np.array_equal(last_logits(model, [a, seq, b])[1], solo)
+    caches = model.make_cache()
+    last_logits(model, [seq[:20]], 0, caches)
+    assert np.array_equal(model(np.array([seq[20:]]), 20, caches, logits_to_keep=1)[0, -1], solo)
+    alone = model(np.array([[5]]), 21, caches, logits_to_keep=1)[0, -1]
+    batch = model.make_cache()
+    last_logits(model, [a, seq, b], 0, batch)
+    step = model(np.array([[5]] * 3), 30, batch, logits_to_keep=1, pad=[21, 9, 0])
+    assert np.array_equal(step[1, -1], alone)
