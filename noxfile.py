@@ -56,9 +56,17 @@ def tests(session: nox.Session, package: str) -> None:
 
 @nox.session
 def kernels(session: nox.Session) -> None:
-    """The numba / LLVM IR CPU kernels themselves, in fs-model with its [fast] extra (numba's absence fails)."""
-    sync(session, "--package", "fs-model", "--extra", "fast", "--group", "test")
-    pytest(session, "packages/fs-model/tests", "-m", "kernels and not slow", FS_REQUIRE_REFERENCE="1")
+    """The numba / LLVM IR CPU kernels themselves (fs-model with its [fast] extra: numba's absence fails), and the
+    equality contracts generation builds on them (fs-generate: batch == solo, radix hit == cold, bit for bit)."""
+    sync(session, "--package", "fs-generate", "--extra", "fast", "--group", "test")
+    pytest(
+        session,
+        "packages/fs-model/tests",
+        "packages/fs-generate/tests",
+        "-m",
+        "kernels and not slow",
+        FS_REQUIRE_REFERENCE="1",
+    )
 
 
 @nox.session
