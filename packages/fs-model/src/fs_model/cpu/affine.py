@@ -140,42 +140,38 @@ if HAVE_NUMBA:
     def _rows_q8(q, scales, biases, X, XS, G, out):  # pragma: no cover - compiled
         """out[r, i] = X[r] · w[i] for a few rows r (XS[r] = X[r]'s group sums): one pass over the codes."""
         n, ng = scales.shape
-        m = X.shape[0]
         for blk in prange((n + 15) // 16):
-            for r0 in range(0, m, 8):  # input rows 8 at a time: streamed once per 16 code rows (same sums)
-                for i in range(blk * 16, min(n, blk * 16 + 16)):
-                    row, sc, bi = q[i], scales[i], biases[i]
-                    for r in range(r0, min(m, r0 + 8)):
-                        x, xs = X[r], XS[r]
-                        acc = np.float32(0.0)
-                        for g in range(ng):
-                            qg, xg = row[g * G : (g + 1) * G], x[g * G : (g + 1) * G]
-                            acc += sc[g] * (_dot8_64(qg, xg) if G == 64 else _dot8(qg, xg, G)) + bi[g] * xs[g]
-                        out[r, i] = acc
+            for i in range(blk * 16, min(n, blk * 16 + 16)):
+                row, sc, bi = q[i], scales[i], biases[i]
+                for r in range(X.shape[0]):
+                    x, xs = X[r], XS[r]
+                    acc = np.float32(0.0)
+                    for g in range(ng):
+                        qg, xg = row[g * G : (g + 1) * G], x[g * G : (g + 1) * G]
+                        acc += sc[g] * (_dot8_64(qg, xg) if G == 64 else _dot8(qg, xg, G)) + bi[g] * xs[g]
+                    out[r, i] = acc
 
     @njit(parallel=True, fastmath=True, cache=True)
     def _rows_q4(q, scales, biases, X, XS, G, out):  # pragma: no cover - compiled
         """The 4-bit planar twin of _rows_q8: each pair of groups is one G-byte vector of two nibble planes."""
         n, ng = scales.shape
         H = G // 2
-        m = X.shape[0]
         for blk in prange((n + 15) // 16):
-            for r0 in range(0, m, 8):  # input rows 8 at a time: streamed once per 16 code rows (same sums)
-                for i in range(blk * 16, min(n, blk * 16 + 16)):
-                    row, sc, bi = q[i], scales[i], biases[i]
-                    for r in range(r0, min(m, r0 + 8)):
-                        x, xs = X[r], XS[r]
-                        acc = np.float32(0.0)
-                        for c in range(ng // 2):
-                            a, g = 2 * c * G, 2 * c
-                            sl, sh = _dot4(row[c * G : (c + 1) * G], x[a : a + G], x[a + G : a + 2 * G], G)
-                            acc += sc[g] * sl + sc[g + 1] * sh + bi[g] * xs[g] + bi[g + 1] * xs[g + 1]
-                        if ng % 2:  # an odd last group shares its bytes between its own two halves
-                            g = ng - 1
-                            a, b = g * G, ng // 2 * G
-                            sl, sh = _dot4(row[b : b + H], x[a : a + H], x[a + H : a + G], H)
-                            acc += sc[g] * (sl + sh) + bi[g] * xs[g]
-                        out[r, i] = acc
+            for i in range(blk * 16, min(n, blk * 16 + 16)):
+                row, sc, bi = q[i], scales[i], biases[i]
+                for r in range(X.shape[0]):
+                    x, xs = X[r], XS[r]
+                    acc = np.float32(0.0)
+                    for c in range(ng // 2):
+                        a, g = 2 * c * G, 2 * c
+                        sl, sh = _dot4(row[c * G : (c + 1) * G], x[a : a + G], x[a + G : a + 2 * G], G)
+                        acc += sc[g] * sl + sc[g + 1] * sh + bi[g] * xs[g] + bi[g + 1] * xs[g + 1]
+                    if ng % 2:  # an odd last group shares its bytes between its own two halves
+                        g = ng - 1
+                        a, b = g * G, ng // 2 * G
+                        sl, sh = _dot4(row[b : b + H], x[a : a + H], x[a + H : a + G], H)
+                        acc += sc[g] * (sl + sh) + bi[g] * xs[g]
+                    out[r, i] = acc
 
     @njit(fastmath=True, cache=True)
     def _dequant_rows(q, scales, biases, G, bits, a, out):  # pragma: no cover - compiled
