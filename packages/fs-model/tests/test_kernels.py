@@ -47,7 +47,7 @@ def test_matvec_bf16_lm_head_shape():
 
 def test_bf16_weights_in_memory_give_the_reference_logits(tmp_path):
     d = write_random_checkpoint(tmp_path / "m", config("tied"), dtype="bfloat16")
-    ref, fast = load_model(d), load_model(d, dtype="bfloat16", kv_dtype="float32")
+    ref, fast = load_model(d, dtype="float32"), load_model(d, dtype="bfloat16", kv_dtype="float32")
     gate = fast.blocks[0].mlp.gate.w
     assert gate.dtype == np.uint16 and not gate.flags.writeable  # the mmap itself
     ids = [3, 141, 59, 265, 358, 97]
@@ -63,7 +63,7 @@ def test_bf16_models_keep_a_bf16_kv_cache(tmp_path):
     V only: within bf16 tolerance of the float32 cache, with the same argmax."""
     d = write_random_checkpoint(tmp_path / "m", config("untied-gqa2"), dtype="bfloat16")
     f32kv, bf16kv = load_model(d, dtype="bfloat16", kv_dtype="float32"), load_model(d, dtype="bfloat16")
-    assert bf16kv.kv_dtype == "bfloat16" and load_model(d).kv_dtype == "float32"
+    assert bf16kv.kv_dtype == "bfloat16" and load_model(d, dtype="float32").kv_dtype == "float32"
     ids = [3, 141, 59, 265, 358, 97]
     a, b = f32kv.make_cache(), bf16kv.make_cache()
     assert rel_err(bf16kv.forward(ids, b), f32kv.forward(ids, a)) < 1e-2
@@ -115,7 +115,7 @@ def test_quantized_matvec_equals_the_dequantized_reference(monkeypatch, name, bi
 @pytest.mark.parametrize("bits", [4, 8])
 def test_native_mlx_checkpoints_stay_quantized_and_match_the_reference(tmp_path, bits):
     d = write_random_checkpoint(tmp_path / "q", config("tied"), dtype="float32", quantize=bits, group_size=32)
-    ref, native = load_model(d), load_model(d, dtype="native", kv_dtype="float32")
+    ref, native = load_model(d, dtype="float32"), load_model(d, dtype="native", kv_dtype="float32")
     assert type(native.blocks[0].mlp.gate.w).__name__ == "AffineWeight"
     ids = [3, 141, 59, 265]
     assert rel_err(native.forward(ids), ref.forward(ids)) < 1e-5
@@ -126,7 +126,7 @@ def test_native_mlx_checkpoints_stay_quantized_and_match_the_reference(tmp_path,
 
 def test_quantize_at_load_int8_is_close(tmp_path):
     d = write_random_checkpoint(tmp_path / "b", config("tied"), dtype="bfloat16")
-    ref, q8 = load_model(d), load_model(d, quantize="int8")
+    ref, q8 = load_model(d, dtype="float32"), load_model(d, quantize="int8")
     ids = [3, 141, 59, 265, 358, 97]
     assert rel_err(q8.forward(ids), ref.forward(ids)) < 0.05
     with pytest.raises(Exception, match="quantize must be int8 or int4"):
@@ -144,3 +144,21 @@ def test_numba_quantized_kernels_themselves(reference, monkeypatch, bits):
     w = quantize_affine(rng.standard_normal((300, 1024), dtype=np.float32), bits=bits, group=64)
     x = rng.standard_normal(1024, dtype=np.float32)
     assert rel_err(AffineLinear(w)(x), w.dequantize().astype(np.float64) @ x) < 1e-5
+
+
+@pytest.mark.parametrize("bits", [None, 4, 8])
+def test_the_default_keeps_the_stored_format(tmp_path, bits):
+    """As mlx-lm does: a bf16 checkpoint runs as bf16 bits (the mmap itself), an MLX 4/8-bit one stays quantized,
+    each with a bf16 KV cache; float32 copies and a float32 cache are what ``dtype="float32"`` asks for."""
+    stored = "float32" if bits else "bfloat16"
+    d = write_random_checkpoint(tmp_path / "m", config("tied"), dtype=stored, quantize=bits, group_size=32)
+    default, f32 = load_model(d), load_model(d, dtype="float32")
+    kept = default.blocks[0].mlp.gate.w
+    if bits:
+        assert type(kept).__name__ == "AffineWeight" and kept.bits == bits
+    else:
+        assert kept.dtype == np.uint16 and not kept.flags.writeable
+    assert default.kv_dtype == "bfloat16" and f32.kv_dtype == "float32"
+    assert f32.blocks[0].mlp.gate.w.dtype == np.float32
+    ids = [3, 141, 59, 265]
+    assert rel_err(default.forward(ids), f32.forward(ids)) < 1e-2  # bf16 rounding of K/V only

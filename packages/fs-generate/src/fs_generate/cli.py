@@ -71,8 +71,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--dtype",
         choices=["float32", "bfloat16", "float16", "native"],
-        help="MLX: compute dtype; numpy: bfloat16 keeps weights as bf16, native keeps the checkpoint's storage "
-        "(bf16, or MLX 4/8-bit quantized) - fast with fs-model[fast]",
+        help="MLX: compute dtype (default: the checkpoint's); numpy: native (the default) keeps the checkpoint's "
+        "storage (bf16, MLX 4/8-bit) on the CPU kernels, float32 computes on float32 copies (BLAS), bfloat16 "
+        "keeps bf16 bits",
     )
     ap.add_argument(
         "--quantize", choices=["int8", "int4"], help="numpy: quantize weights at load (MLX affine, group 64)"

@@ -33,7 +33,8 @@ def main(argv: list[str] | None = None) -> int:
     lg.add_argument(
         "--dtype",
         choices=["float32", "bfloat16", "float16", "native"],
-        help="MLX: compute dtype; numpy: bfloat16 keeps weights as bf16, native keeps the checkpoint's storage",
+        help="MLX: compute dtype (default: the checkpoint's); numpy: native (the default) keeps the checkpoint's "
+        "storage, float32 computes on float32 copies, bfloat16 keeps bf16 bits",
     )
     lg.add_argument("--quantize", choices=["int8", "int4"], help="numpy: quantize weights at load (MLX affine)")
     lg.add_argument("--top", type=positive_int, default=10)

@@ -47,12 +47,13 @@ def load_model(
 ) -> Model:
     """``path`` is a model directory.
 
-    numpy backend (always computes in float32): ``dtype=None``/``"float32"`` holds float32 weights - the readable
-    reference; ``"bfloat16"`` keeps matrices as bf16 bits; ``"native"`` keeps them as stored (bf16 stays bf16, an
-    MLX 4/8-bit checkpoint stays quantized); ``quantize="int8"|"int4"`` quantizes float matrices at load (MLX's
-    affine format, group 64, lm_head included). Kept and quantized weights run on ``fs-model[fast]`` kernels.
-    ``kv_dtype`` ("float32" or "bfloat16") is what the KV cache holds; by default bfloat16 when the matrices are
-    kept in bf16 or quantized (as mlx-lm's caches follow the model's dtype), float32 for the float32 reference.
+    numpy backend (always computes in float32): ``dtype=None``/``"native"`` keeps matrices as stored, as mlx-lm
+    does (bf16 stays bf16 bits, an MLX 4/8-bit checkpoint stays quantized, float32 stays float32) and runs them
+    on the CPU kernels (numba, a dependency where it has wheels); ``"float32"`` holds float32 copies - the
+    readable BLAS reference; ``"bfloat16"`` keeps matrices as bf16 bits whatever they are stored as;
+    ``quantize="int8"|"int4"`` quantizes float matrices at load (MLX's affine format, group 64, lm_head
+    included). ``kv_dtype`` ("float32" or "bfloat16") is what the KV cache holds; by default bfloat16 when the
+    matrices are kept in bf16 or quantized (as mlx-lm's caches follow the model's dtype), else float32.
     MLX backend: ``dtype`` is the compute dtype ("float32", "bfloat16", "float16"; default: the checkpoint's).
     ``progress(done, total)`` is called as tensors are loaded."""
     p = Path(path)

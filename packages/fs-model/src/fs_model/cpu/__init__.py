@@ -1,8 +1,9 @@
 """The CPU kernels of the numpy backend, and every decision about which of them may run, made here once.
 
-What this install and this CPU can do is found out at import: whether numba is installed (``fs-model[fast]``)
-and which instruction-set features the host reports (through llvmlite, which numba depends on). The ``FS_*``
-environment switches are read here and nowhere else; ``SWITCHES`` holds them (tests flip its fields).
+What this install and this CPU can do is found out at import: whether numba is installed (a dependency of
+fs-model wherever it has wheels; ``fs-model[fast]`` elsewhere) and which instruction-set features the host reports
+(through llvmlite, which numba depends on). The ``FS_*`` environment switches are read here and nowhere else;
+``SWITCHES`` holds them (tests flip its fields).
 
 | switch | default | effect |
 |---|---|---|

@@ -49,7 +49,7 @@ def limit_blas_threads(n: int) -> None:
     """Cap OpenBLAS's threads for the rest of the process (``--threads``); a no-op without threadpoolctl."""
     try:
         from threadpoolctl import threadpool_limits
-    except ImportError:  # pragma: no cover - fs-model[fast] installs it
+    except ImportError:  # pragma: no cover - a dependency of fs-model
         return
     threadpool_limits(limits=n, user_api="blas")
 
@@ -60,7 +60,7 @@ def one_blas_thread() -> contextlib.AbstractContextManager[Any]:
     pools and 265-290 with one (docs/performance.md). A no-op without threadpoolctl."""
     try:
         from threadpoolctl import ThreadpoolController
-    except ImportError:  # pragma: no cover - fs-model[fast] installs it
+    except ImportError:  # pragma: no cover - a dependency of fs-model
         return contextlib.nullcontext()
     if not _blas:
         _blas.append(ThreadpoolController())

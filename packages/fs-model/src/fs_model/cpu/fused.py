@@ -1,4 +1,4 @@
-"""Fused step work for the numba path (``fs-model[fast]``): one compiled call where numpy needs many.
+"""Fused step work for the numba path: one compiled call where numpy needs many.
 
 A decode step (S = 1) spends its time reading weights; the numpy glue between the matrix kernels (RMSNorm, the
 per-head q/k norm and RoPE, grouped-query attention over the cache, softmax) is a dozen small array operations

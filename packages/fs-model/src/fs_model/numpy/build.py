@@ -54,8 +54,8 @@ def from_checkpoint(
         raise ModelError(f"numpy backend weights: dtype must be float32, bfloat16 or native, not {dtype!r}")
     if quantize not in (None, *QUANTIZE):
         raise ModelError(f"quantize must be int8 or int4, not {quantize!r}")
-    if kv_dtype is None:  # as mlx-lm's caches follow the model's dtype
-        kv_dtype = "float32" if dtype in (None, "float32") and quantize is None else "bfloat16"
+    if dtype is None:  # the checkpoint's own storage, as mlx-lm keeps it: bf16 stays bf16, 4/8-bit stays quantized
+        dtype = "native"
     names = [n for n in ckpt.names() if not n.endswith((".scales", ".biases"))]
     weights: dict[str, Any] = {}
     for i, n in enumerate(names, 1):
@@ -63,10 +63,14 @@ def from_checkpoint(
         if progress is not None:
             progress(i, len(names))
     gate: Linear = weights["model.layers.0.mlp.gate_proj.weight"]
-    if not isinstance(gate, DenseLinear) and not HAVE_NUMBA:
+    kept = not isinstance(gate, DenseLinear)
+    if kv_dtype is None:  # as mlx-lm's caches follow the model's dtype
+        kv_dtype = "bfloat16" if kept else "float32"
+    if kept and not HAVE_NUMBA:
         warnings.warn(  # shown once per process: the result is right, only slow
             f"{path}: bf16 / quantized weights are running on the pure-numpy fallback (correct, but many times "
-            "slower); install the kernels: pip install 'fs-model[fast]'",
+            "slower): install numba (pip install 'fs-model[fast]'), or compute on float32 copies (dtype='float32', "
+            "--dtype float32)",
             RuntimeWarning,
             stacklevel=2,
         )
