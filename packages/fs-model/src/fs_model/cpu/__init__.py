@@ -7,7 +7,7 @@ fs-model wherever it has wheels; ``fs-model[fast]`` elsewhere) and which instruc
 
 | switch | default | effect |
 |---|---|---|
-| ``FS_NUM_THREADS=N`` | every usable core | caps numba's kernel threads |
+| ``FS_NUM_THREADS=N`` | every usable core | caps numba's threads (each call shape picks 1 or N: threads.py) |
 | ``FS_BF16_GEMM=0`` | on where the CPU has AVX512-BF16 | prefill with bf16 weights widens to float32 and uses BLAS |
 | ``FS_INT8_ACTIVATIONS=0`` | on where the CPU has AVX-512 VNNI | 4-bit decode keeps float activations |
 | ``FS_REFERENCE_PATH=1`` | off | every step uses the numpy glue instead of the fused kernels |
@@ -15,7 +15,7 @@ fs-model wherever it has wheels; ``fs-model[fast]`` elsewhere) and which instruc
 
 One module per kernel family: ``bf16`` (bf16 weights as uint16 bits), ``affine`` (MLX-style 4/8-bit codes),
 ``bf16_gemm`` and ``vnni`` (hand-written LLVM IR, ``llvm_ir``), ``fused`` (the decode step's glue), ``blas``
-(BLAS-side helpers: scratch buffers, one OpenBLAS thread).
+(BLAS-side helpers: scratch buffers, one OpenBLAS thread), ``threads`` (how many threads each call fans out to).
 """
 
 import os
@@ -76,9 +76,7 @@ def set_threads(n: int | None) -> None:
         return
     if type(n) is not int or n <= 0:
         raise ValueError(f"threads must be a positive int, got {n!r}")
-    SWITCHES.num_threads = n
-    if HAVE_NUMBA:
-        numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))  # type: ignore[attr-defined]
+    SWITCHES.num_threads = n  # every kernel call reads it (threads.fan_out)
     from .blas import limit_blas_threads
 
     limit_blas_threads(n)

@@ -19,6 +19,7 @@ from fs_weights import bf16_to_f32, dequantize, quantize
 from ..numpy.linear import Linear
 from . import HAVE_NUMBA, SWITCHES, bf16_gemm, vnni
 from .blas import SMALL, blocked_matmul, scratch
+from .threads import bucket, fan_out
 
 
 def _planar(e: np.ndarray, G: int) -> np.ndarray:
@@ -228,7 +229,8 @@ class AffineLinear(Linear):
         if small:
             y = np.empty((rows.shape[0], n), np.float32)
             xsum = rows.reshape(rows.shape[0], -1, G).sum(axis=2, dtype=np.float32)
-            (_rows_q8 if w.bits == 8 else _rows_q4)(w.codes, w.scales, w.biases, rows, xsum, G, y)
+            kernel = _rows_q8 if w.bits == 8 else _rows_q4
+            fan_out((w.bits, w.shape, bucket(rows.shape[0])), kernel, w.codes, w.scales, w.biases, rows, xsum, G, y)
             return y
         if self.gemm:  # 4-bit prefill: dequantized to bf16, multiplied on the bf16 GEMM
 

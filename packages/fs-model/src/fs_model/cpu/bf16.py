@@ -14,6 +14,7 @@ from fs_weights import bf16_to_f32
 from ..numpy.linear import Linear
 from . import HAVE_NUMBA, SWITCHES, bf16_gemm
 from .blas import SMALL, blocked_matmul
+from .threads import bucket, fan_out
 
 if HAVE_NUMBA:
     from numba import njit, prange
@@ -55,7 +56,7 @@ if HAVE_NUMBA:
 def rows_kernel(x: np.ndarray, w: np.ndarray) -> np.ndarray:
     """``x [m, in] @ widen(w)ᵀ`` for a few rows with numba, reading and widening every bf16 weight once."""
     out = np.empty((x.shape[0], w.shape[0]), np.float32)
-    _rows_bf16(w, np.ascontiguousarray(x, dtype=np.float32), out)
+    fan_out(("bf16", w.shape, bucket(x.shape[0])), _rows_bf16, w, np.ascontiguousarray(x, dtype=np.float32), out)
     return out
 
 

@@ -19,6 +19,7 @@ import numpy as np
 
 from . import SWITCHES
 from .llvm_ir import ADDRESSES, compile_ir
+from .threads import bucket, fan_out
 
 R = C = 4  # weight rows × prompt rows per tile
 
@@ -124,7 +125,7 @@ def matmul(x: np.ndarray, w: np.ndarray) -> np.ndarray:
     """``bf16(x [m, k]) @ w [n, k]ᵀ`` -> float32 [m, n] for bf16 bits ``w`` (call ``applies(w)`` first)."""
     xb = prepare(x)
     out = np.empty((xb.shape[0], w.shape[0]), np.float32)
-    _gemm_with(_tile, w, xb, out)
+    fan_out(("gemm", w.shape, bucket(xb.shape[0])), _gemm_with, _tile, w, xb, out)
     return out[: x.shape[0]]
 
 
@@ -137,6 +138,6 @@ def blocked(x: np.ndarray, n: int, k: int, fill: Callable[[int, np.ndarray], Non
         part = buf[: min(rows, n - a)]
         fill(a, part)
         y = np.empty((xb.shape[0], part.shape[0]), np.float32)
-        _gemm_with(_tile, part, xb, y)
+        fan_out(("gemm", part.shape, bucket(xb.shape[0])), _gemm_with, _tile, part, xb, y)
         out[:, a : a + part.shape[0]] = y
     return out[: x.shape[0]]

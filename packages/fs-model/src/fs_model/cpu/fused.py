@@ -13,6 +13,7 @@ reference and runs whenever numba is absent, ``FS_REFERENCE_PATH=1`` is set, or 
 import numpy as np
 
 from . import HAVE_NUMBA
+from .threads import bucket, fan_out
 
 if HAVE_NUMBA:
     from numba import njit, prange, types
@@ -155,5 +156,6 @@ def attend(
     pads = np.zeros(B, np.int64) if pad is None else np.asarray(pad, np.int64).reshape(B)
     q4 = np.ascontiguousarray(q if q.ndim == 4 else q[:, :, None])
     out = np.empty_like(q4)
-    _attend(q4, np.ascontiguousarray(K), np.ascontiguousarray(V), T, scale, pads, out)
+    key = ("attend", q4.shape, bucket(T))  # the work grows with T: a contest per doubling of the context
+    fan_out(key, _attend, q4, np.ascontiguousarray(K), np.ascontiguousarray(V), T, scale, pads, out)
     return out if q.ndim == 4 else out[:, :, 0]

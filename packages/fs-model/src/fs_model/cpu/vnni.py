@@ -22,6 +22,7 @@ import numpy as np
 
 from . import SWITCHES
 from .llvm_ir import ADDRESSES, compile_ir
+from .threads import bucket, fan_out
 
 GROUP = 64
 
@@ -150,5 +151,6 @@ def rows(w, x: np.ndarray) -> np.ndarray:
     """``x [m, in] · wᵀ`` for an AffineWeight ``w`` on the integer path (call ``applies`` first)."""
     xq, sx, xs = quantize_rows(x)
     out = np.empty((x.shape[0], w.shape[0]), np.float32)
-    _rows_vnni(_row_q4, w.codes, w.scales, w.biases, xq, sx, xs, out)
+    key = ("vnni", w.shape, bucket(x.shape[0]))
+    fan_out(key, _rows_vnni, _row_q4, w.codes, w.scales, w.biases, xq, sx, xs, out)
     return out
