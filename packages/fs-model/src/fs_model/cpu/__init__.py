@@ -11,9 +11,11 @@ fs-model wherever it has wheels; ``fs-model[fast]`` elsewhere) and which instruc
 | ``FS_BF16_GEMM=0`` | on where the CPU has AVX512-BF16 | prefill with bf16 weights widens to float32 and uses BLAS |
 | ``FS_INT8_ACTIVATIONS=0`` | on where the CPU has AVX-512 VNNI | 4-bit decode keeps float activations |
 | ``FS_REFERENCE_PATH=1`` | off | every step uses the numpy glue instead of the fused kernels |
+| ``FS_TILES=0`` | on where the CPU has AVX2 + FMA | kept weights take the row kernels instead of the register tiles |
 | ``FS_BATCH_INVARIANT=0`` | on | kept-weight models may take M-dependent kernels (BLAS / GEMM prefill, int8 decode) |
 
-One module per kernel family: ``bf16`` (bf16 weights as uint16 bits), ``affine`` (MLX-style 4/8-bit codes),
+One module per kernel family: ``tiles`` (register-tiled kernels for every kept format, LLVM IR), ``bf16`` (bf16
+weights as uint16 bits: the layer and its row kernel), ``affine`` (MLX-style 4/8-bit codes: the same),
 ``bf16_gemm`` and ``vnni`` (hand-written LLVM IR, ``llvm_ir``), ``fused`` (the decode step's glue), ``blas``
 (BLAS-side helpers: scratch buffers, one OpenBLAS thread), ``threads`` (how many threads each call fans out to).
 """
@@ -52,6 +54,7 @@ class Switches:
     int8_activations: bool = True
     fused_decode: bool = True
     batch_invariant: bool = True
+    tiles: bool = True
     num_threads: int | None = None
 
     @classmethod
@@ -62,6 +65,7 @@ class Switches:
             int8_activations=env.get("FS_INT8_ACTIVATIONS", "") != "0",
             fused_decode=env.get("FS_REFERENCE_PATH", "") in ("", "0"),
             batch_invariant=env.get("FS_BATCH_INVARIANT", "") != "0",
+            tiles=env.get("FS_TILES", "") != "0",
             num_threads=int(threads) if threads.isdigit() and int(threads) > 0 else None,
         )
 

@@ -17,7 +17,7 @@ import numpy as np
 from fs_weights import bf16_to_f32, dequantize, quantize
 
 from ..numpy.linear import Linear
-from . import HAVE_NUMBA, SWITCHES, bf16_gemm, vnni
+from . import HAVE_NUMBA, SWITCHES, bf16_gemm, tiles, vnni
 from .blas import SMALL, blocked_matmul, scratch
 from .threads import bucket, fan_out
 
@@ -201,10 +201,11 @@ if HAVE_NUMBA:
 
 
 class AffineLinear(Linear):
-    """``x @ Wᵀ`` for an ``AffineWeight``. Decode-sized inputs (≤ SMALL rows) take one kernel pass over the codes
-    (integer dot products with int8 activations where vnni.py applies, float activations otherwise); prefill
-    dequantizes in cache-sized chunks (to bf16 for the bf16 GEMM with 4-bit codes, else to float32 for BLAS);
-    without numba, the reference dequantizer and BLAS."""
+    """``x @ Wᵀ`` for an ``AffineWeight``. With batch invariance (the default) every input takes the register tiles
+    (tiles.py) where this CPU runs them, else one row-kernel pass over the codes. With ``FS_BATCH_INVARIANT=0``
+    decode-sized inputs (≤ SMALL rows) take integer dot products with int8 activations where vnni.py applies, else
+    the tiles or the row kernel, and prefill dequantizes in cache-sized chunks (to bf16 for the bf16 GEMM with 4-bit
+    codes, else to float32 for BLAS); without numba, the reference dequantizer and BLAS."""
 
     def __init__(self, w: AffineWeight):
         self.w = w
@@ -213,6 +214,9 @@ class AffineLinear(Linear):
         # decided once: the CPU, the switches and the shape do not change. Batch invariance (the default) runs one
         # row kernel for every M, so a row's result never depends on how many rows share the call
         self.invariant = SWITCHES.batch_invariant
+        self.kind = "q8" if w.bits == 8 else "q4"
+        layout = w.codes.strides[1] == 1 and w.scales.strides == w.biases.strides and w.scales.strides[1] == 4
+        self.tiled = layout and tiles.applies(self.kind, k, w.group_size)
         self.integer_decode = vnni.applies(w.bits, w.group_size, k)
         self.gemm = bf16_gemm.applies(w) and not self.invariant
 
@@ -223,9 +227,13 @@ class AffineLinear(Linear):
         G = w.group_size
         if not HAVE_NUMBA:
             return rows @ w.dequantize().T
+        if self.invariant and self.tiled:  # every M on the tiles: converted codes shared by a tile's rows
+            return tiles.matmul(self.kind, w, rows)
         small = rows.shape[0] <= SMALL or self.invariant
         if small and self.integer_decode:
             return vnni.rows(w, rows)
+        if small and self.tiled:
+            return tiles.matmul(self.kind, w, rows)
         if small:
             y = np.empty((rows.shape[0], n), np.float32)
             xsum = rows.reshape(rows.shape[0], -1, G).sum(axis=2, dtype=np.float32)

@@ -12,7 +12,7 @@ import numpy as np
 from fs_weights import bf16_to_f32
 
 from ..numpy.linear import Linear
-from . import HAVE_NUMBA, SWITCHES, bf16_gemm
+from . import HAVE_NUMBA, SWITCHES, bf16_gemm, tiles
 from .blas import SMALL, blocked_matmul
 from .threads import bucket, fan_out
 
@@ -64,8 +64,9 @@ class Bf16Linear(Linear):
     """``x @ Wᵀ`` for W [out, in] held as bf16 bits (uint16): a read-only mmap of a BF16 tensor needs no copy.
 
     Decode-sized inputs (≤ SMALL rows: a batch's single-token rows), and every input when batch invariance is on
-    (the default), take one kernel pass over the weights with float32 activations; otherwise prefill rounds the
-    activations to bf16 on the bf16 GEMM where it applies, or widens blocks of weights for BLAS."""
+    (the default), take one kernel pass over the weights with float32 activations: the register tiles (tiles.py)
+    where this CPU runs them, else the row kernel; otherwise prefill rounds the activations to bf16 on the bf16
+    GEMM where it applies, or widens blocks of weights for BLAS."""
 
     def __init__(self, w: np.ndarray):
         if w.dtype != np.uint16 or w.ndim != 2:
@@ -75,12 +76,16 @@ class Bf16Linear(Linear):
         # decided once: the CPU, the switches and the shape do not change. Batch invariance (the default) takes the
         # row kernel for every M: each output element is one fixed dot-product loop, whatever else is in the call
         self.invariant = SWITCHES.batch_invariant
+        self.tiled = tiles.applies("bf16", w.shape[1]) and w.strides[1] == 2
         self.gemm = bf16_gemm.applies(w) and not self.invariant
 
     def matmul(self, rows: np.ndarray) -> np.ndarray:
         if not HAVE_NUMBA:
             return rows @ bf16_to_f32(self.w).T
-        if rows.shape[0] <= SMALL or self.invariant:
+        small = rows.shape[0] <= SMALL
+        if self.tiled and (small or self.invariant):
+            return tiles.matmul("bf16", self.w, rows)
+        if small or self.invariant:
             return rows_kernel(rows, self.w)
         if self.gemm:
             return bf16_gemm.matmul(rows, self.w)

@@ -1,0 +1,76 @@
+"""The register-tiled kernels (cpu/tiles.py): the float64 reference within float32 rounding on every 0.6B shape,
+and each row's output the same bits whatever else shares the call (every panel and edge tile)."""
+
+import numpy as np
+import pytest
+
+from fs_model.cpu import tiles
+from fs_model.cpu.affine import AffineLinear, quantize_affine
+from fs_model.cpu.bf16 import Bf16Linear
+from fs_weights import bf16_to_f32, f32_to_bf16
+from model_helpers import rel_err
+
+pytestmark = pytest.mark.kernels
+
+SHAPES = {"q_proj": (2048, 1024), "k/v_proj": (1024, 1024), "o_proj": (1024, 2048), "gate/up": (3072, 1024),
+          "down": (1024, 3072), "odd rows": (37, 256), "one row": (1, 128)}  # fmt: skip
+
+
+def weights(kind, n, k, group=64, seed=0):
+    w = np.random.default_rng(seed).standard_normal((n, k), dtype=np.float32)
+    if kind == "bf16":
+        b = f32_to_bf16(w)
+        return b, bf16_to_f32(b)
+    q = quantize_affine(w, 8 if kind == "q8" else 4, group)
+    return q, q.dequantize()
+
+
+@pytest.fixture
+def tiled(reference):
+    reference("numba")
+    if not tiles.applies("bf16", 1024):
+        pytest.skip("this CPU has no AVX2 + FMA: the row kernels run (test_kernels.py, test_batch_invariance.py)")
+
+
+@pytest.mark.parametrize("kind", ["bf16", "q8", "q4"])
+@pytest.mark.parametrize("name", list(SHAPES))
+def test_tiles_equal_the_float64_reference(tiled, kind, name):
+    n, k = SHAPES[name]
+    w, dense = weights(kind, n, k)
+    x = np.random.default_rng(1).standard_normal((5, k), dtype=np.float32)
+    want = x.astype(np.float64) @ dense.astype(np.float64).T
+    got = tiles.matmul(kind, w, x)
+    assert got.dtype == np.float32 and got.shape == (5, n)
+    assert rel_err(got, want) < 1e-5
+
+
+@pytest.mark.parametrize("kind, group", [("bf16", 0), ("q8", 32), ("q8", 64), ("q8", 128), ("q4", 32), ("q4", 64)])
+def test_a_row_gets_the_same_bits_in_every_panel(tiled, kind, group):
+    """13 rows = panels of 4, 4, 4 and a lone row; 6 = 4 + 2; 3 = 2 + 1: a row computed by any of them, and alone,
+    is the same float32 bits (the per-element chain does not depend on the tile)."""
+    n, k = 45, 512  # 45 weight rows: full tiles and one-row edges in the last block
+    w, _ = weights(kind, n, k, group or 64)
+    x = np.random.default_rng(2).standard_normal((13, k), dtype=np.float32)
+    whole = tiles.matmul(kind, w, x)
+    for lo, hi in ((0, 6), (5, 8), (12, 13), (3, 7)):
+        assert np.array_equal(tiles.matmul(kind, w, x[lo:hi]), whole[lo:hi])
+    for r in range(13):
+        assert np.array_equal(tiles.matmul(kind, w, x[r : r + 1])[0], whole[r])
+
+
+def test_shapes_the_tiles_do_not_cover_take_the_row_kernels(tiled):
+    w = f32_to_bf16(np.random.default_rng(0).standard_normal((17, 1000 + 4), dtype=np.float32))  # k % 8 != 0
+    assert not Bf16Linear(w).tiled and Bf16Linear(np.ascontiguousarray(w[:, :1000])).tiled
+    x = np.random.default_rng(1).standard_normal((3, 1004), dtype=np.float32)
+    assert rel_err(Bf16Linear(w).matmul(x), x.astype(np.float64) @ bf16_to_f32(w).astype(np.float64).T) < 1e-5
+    assert not tiles.applies("bf16", 1004) and not tiles.applies("q4", 64 * 3, 64)  # odd number of 4-bit groups
+    q = quantize_affine(np.ones((8, 64 * 3), np.float32), 4, 64)
+    assert not AffineLinear(q).tiled and AffineLinear(quantize_affine(np.ones((8, 128), np.float32), 4, 64)).tiled
+
+
+def test_the_switch_turns_them_off(tiled, monkeypatch):
+    from fs_model import cpu
+
+    monkeypatch.setattr(cpu.SWITCHES, "tiles", False)
+    w, _ = weights("bf16", 64, 128)
+    assert not tiles.applies("bf16", 128) and not Bf16Linear(w).tiled
