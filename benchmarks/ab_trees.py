@@ -23,7 +23,7 @@ import numpy as np
 import fs_model
 from fs_model import load_model
 path, dtype, quantize, S, N = sys.argv[1], sys.argv[2], sys.argv[3], 128, 32
-model = load_model(path, dtype=None if dtype == "float32" else dtype, quantize=None if quantize == "-" else quantize)
+model = load_model(path, dtype=dtype, quantize=None if quantize == "-" else quantize)
 ids = [(7 * i + 3) % 150000 for i in range(S)]
 for n in (8, 16):
     model(np.array([ids[:n]]), 0, model.make_cache(), logits_to_keep=1)

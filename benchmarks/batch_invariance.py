@@ -16,7 +16,12 @@ import numpy as np
 from fs_model import load_model
 from fs_weights import preset, write_random_checkpoint
 
-FORMATS = {"f32": {}, "bf16": {"dtype": "native"}, "int8": {"quantize": "int8"}, "int4": {"quantize": "int4"}}
+FORMATS = {
+    "f32": {"dtype": "float32"},
+    "bf16": {"dtype": "native"},
+    "int8": {"quantize": "int8"},
+    "int4": {"quantize": "int4"},
+}
 
 
 def last(model, rows, offset=0, caches=None):

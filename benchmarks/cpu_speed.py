@@ -25,7 +25,7 @@ import numpy as np
 from fs_model import load_model
 from fs_model import time_matmuls
 path, dtype, quantize, S, N = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
-model = load_model(path, dtype=None if dtype == "float32" else dtype, quantize=None if quantize == "-" else quantize)
+model = load_model(path, dtype=dtype, quantize=None if quantize == "-" else quantize)
 ids = [(7 * i + 3) % 150000 for i in range(S)]
 for n in (8, 16):  # warm both kernel paths (numba compiles or loads its cache on the first call)
     model(np.array([ids[:n]]), 0, model.make_cache(), logits_to_keep=1)
@@ -64,7 +64,7 @@ import json, sys, time
 import numpy as np
 from fs_model import load_model
 path, dtype, quantize, S, N, B = sys.argv[1], sys.argv[2], sys.argv[3], *map(int, sys.argv[4:7])
-model = load_model(path, dtype=None if dtype == "float32" else dtype, quantize=None if quantize == "-" else quantize)
+model = load_model(path, dtype=dtype, quantize=None if quantize == "-" else quantize)
 rows = np.array([[(7 * i + 3 + 11 * b) % 150000 for i in range(S)] for b in range(B)])
 model(rows[:, :8], 0, model.make_cache(), logits_to_keep=1)  # warm the kernels
 caches = model.make_cache()

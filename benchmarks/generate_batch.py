@@ -29,7 +29,7 @@ def main() -> None:
     )
     args = ap.parse_args()
     bf16 = args.dtype == "bfloat16"
-    model = load_model(qwen3_06b(args.dtype), dtype="bfloat16" if bf16 else None)
+    model = load_model(qwen3_06b(args.dtype), dtype=args.dtype)
     if bf16:
         generate_batch(model, None, [[1, 2, 3], [4, 5]], max_new_tokens=2, eos_token_ids=[])  # compile kernels first
     prompts = [[(31 * b + 7 * i + 3) % 150000 for i in range(32 + 3 * b)] for b in range(args.batch)]

@@ -34,7 +34,7 @@ else:
     from fs_generate import stream_generate
     from fs_model import load_model
     backend = engine.split("-")[1]
-    kept = "bfloat16" if engine.endswith("-bf16") else None  # numpy: weights kept as bf16 bits, numba kernels
+    kept = "bfloat16" if engine.endswith("-bf16") else "float32"  # numpy: bf16 bits on the kernels, or float32 copies
     model = load_model(path, backend=backend, dtype=kept if backend == "numpy" else dtype)
     t0 = time.perf_counter(); first = None; n = 0
     for step in stream_generate(model, None, ids, max_new_tokens=n_gen, eos_token_ids=[]):

@@ -26,7 +26,7 @@ def main() -> None:
     ap.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32", help="weights kept in memory")
     ap.add_argument("--skip-radix", action="store_true")
     args = ap.parse_args()
-    model = load_model(qwen3_06b(args.dtype), dtype=None if args.dtype == "float32" else args.dtype)
+    model = load_model(qwen3_06b(args.dtype), dtype=args.dtype)
     rng = np.random.default_rng(0)
     per_token = {}
     for ctx in args.contexts:

@@ -36,3 +36,19 @@ def rel_err(got, want) -> float:
 
     got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
     return float(np.abs(got - want).max() / np.abs(want).max())
+
+
+def int8_activation_contract(w, x):
+    """int4_tiles.py's (and vnni.py's) formula in exact arithmetic: Σ_g s_g·sx_g·(q_g · xq_g) + b_g·Σx_g, with the
+    activations quantized per group of 64 by the library's own quantizer (tested on its own in test_vnni.py)."""
+    import numpy as np
+
+    from fs_model.cpu import affine
+    from fs_model.cpu.int4_tiles import quantize_rows
+
+    n = w.shape[0]
+    xq, sx, xs = quantize_rows(x)
+    codes = affine._unplanar(w.codes, 64).astype(np.int64).reshape(n, -1, 64)
+    dots = np.einsum("ngj,mgj->mng", codes, xq.astype(np.int64).reshape(x.shape[0], -1, 64))
+    s, b = w.scales.astype(np.float64)[None], w.biases.astype(np.float64)[None]
+    return (s * sx[:, None].astype(np.float64) * dots).sum(-1) + (b * xs[:, None].astype(np.float64)).sum(-1)

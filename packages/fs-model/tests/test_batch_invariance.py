@@ -21,7 +21,7 @@ V, TOL = 512, 1e-5
 @pytest.fixture(scope="module")
 def model(tmp_path_factory):
     d = write_random_checkpoint(tmp_path_factory.mktemp("inv") / "m", config(), seed=5, dtype="float32")
-    return load_model(d)
+    return load_model(d, dtype="float32")
 
 
 def last_logits(model, rows, offset=0, caches=None):

@@ -5,6 +5,7 @@ import pytest
 
 from fs_model.cpu import affine, vnni
 from fs_model.cpu.affine import AffineLinear
+from model_helpers import int8_activation_contract as contract
 from model_helpers import rel_err
 
 pytestmark = pytest.mark.kernels  # needs numba (the kernels session installs fs-model[fast])
@@ -27,16 +28,6 @@ def _vnni(reference):
         pytest.skip("this CPU has no AVX-512 VNNI: decode uses the float kernels (test_kernels.py)")
 
 
-def contract(w: affine.AffineWeight, x: np.ndarray) -> np.ndarray:
-    """vnni.py's formula in exact arithmetic: Σ_g s_g·sx_g·(q_g · xq_g) + b_g·Σx_g."""
-    n = w.shape[0]
-    xq, sx, xs = vnni.quantize_rows(x)
-    codes = affine._unplanar(w.codes, 64).astype(np.int64).reshape(n, -1, 64)
-    dots = np.einsum("ngj,mgj->mng", codes, xq.astype(np.int64).reshape(x.shape[0], -1, 64))
-    s, b = w.scales.astype(np.float64)[None], w.biases.astype(np.float64)[None]
-    return (s * sx[:, None].astype(np.float64) * dots).sum(-1) + (b * xs[:, None].astype(np.float64)).sum(-1)
-
-
 @pytest.mark.parametrize("name", list(SHAPES))
 def test_integer_kernel_equals_its_contract_exactly(name):
     rng = np.random.default_rng(len(name))
@@ -50,18 +41,6 @@ def test_integer_kernel_equals_its_contract_exactly(name):
         # the activation rounding is the only approximation: a few % of the float-activation result (worst for few
         # inputs: 3.3 % at k = 128)
         assert rel_err(got, x.astype(np.float64) @ w.dequantize().T.astype(np.float64)) < 5e-2
-
-
-def test_activation_quantization():
-    rng = np.random.default_rng(0)
-    x = rng.standard_normal((2, 256), dtype=np.float32) * np.float32(5)
-    x[1, :64] = 0  # an all-zero group: scale 1, codes 0, no division by zero
-    xq, sx, xs = vnni.quantize_rows(x)
-    assert xq.dtype == np.int8 and np.abs(xq.astype(int)).max() <= 127
-    back = xq.astype(np.float32) * np.repeat(sx, 64, axis=1)
-    assert np.all(np.abs(back - x) <= np.repeat(sx, 64, axis=1) / 2 + 1e-6)
-    np.testing.assert_allclose(xs, x.reshape(2, -1, 64).sum(-1), rtol=1e-5, atol=1e-5)
-    assert not np.any(xq[1, :64]) and sx[1, 0] == 1
 
 
 def test_what_takes_the_float_kernels():

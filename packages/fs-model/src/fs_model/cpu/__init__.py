@@ -9,7 +9,7 @@ fs-model wherever it has wheels; ``fs-model[fast]`` elsewhere) and which instruc
 |---|---|---|
 | ``FS_NUM_THREADS=N`` | every usable core | caps numba's threads (each call shape picks 1 or N: threads.py) |
 | ``FS_BF16_GEMM=0`` | on where the CPU has AVX512-BF16 | prefill with bf16 weights widens to float32 and uses BLAS |
-| ``FS_INT8_ACTIVATIONS=0`` | on where the CPU has AVX-512 VNNI | 4-bit decode keeps float activations |
+| ``FS_INT8_ACTIVATIONS=0`` | on where the CPU has AVX2 (tiles) or AVX-512 VNNI | 4-bit weights keep float activations |
 | ``FS_REFERENCE_PATH=1`` | off | every step uses the numpy glue instead of the fused kernels |
 | ``FS_TILES=0`` | on where the CPU has AVX2 + FMA | kept weights take the row kernels instead of the register tiles |
 | ``FS_BATCH_INVARIANT=0`` | on | kept-weight models may take M-dependent kernels (BLAS / GEMM prefill, int8 decode) |

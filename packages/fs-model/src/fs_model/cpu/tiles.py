@@ -26,7 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from . import HAVE_NUMBA, SWITCHES
+from . import HAVE_NUMBA, SWITCHES, int4_tiles
+from .int4_tiles import quantize_rows
 from .llvm_ir import ADDRESSES, compile_ir
 from .threads import bucket, fan_out
 
@@ -38,8 +39,17 @@ TILES = {
     "bf16": ((2, 4), (4, 2), (4, 1)),
     "q8": ((2, 4), (4, 2), (4, 1)),
     "q4": ((1, 4), (4, 2), (4, 1)),
+    "q4i": ((1, 4), (2, 2), (2, 1)),  # 4-bit codes with int8 activations (int4_tiles.py)
 }
 BLOCK = 16  # weight rows per parallel work item (a thread's share is whole blocks)
+
+
+# Every tile function's arguments (i64 addresses, strides in bytes, counts): weights, scales, biases and their row
+# strides; the input panel and its row stride; per-row side data (int 4-bit: activation scales and sums); the output
+# block and its row stride; the outer and inner trip counts.
+ABI = ", ".join(
+    f"i64 %{a}" for a in ("pw", "sw", "ps", "pb", "sg", "px", "sx", "pa", "sa", "po", "so", "groups", "per_group")
+)
 
 
 def _splat(name: str, scalar: str) -> list[str]:
@@ -60,7 +70,7 @@ def _group_constants(kind: str, NR: int) -> list[str]:
     for n in range(NR):
         lines += _row("%ps", "%sg", n, f"srow{n}") + _row("%pb", "%sg", n, f"brow{n}")
         for h in range(2 if kind == "q4" else 1):
-            gi = f"%g" if kind == "q8" else f"%gq{n}_{h}"
+            gi = "%g" if kind == "q8" else f"%gq{n}_{h}"
             if kind == "q4":
                 lines.append(f"  %gq{n}_{h} = add i64 %g2, {h}")
             lines += [
@@ -81,13 +91,15 @@ def _weights(kind: str, n: int) -> list[str]:
     """Weight row n's converted 8-wide chunk(s) %w{n}_{h} at chunk %t (bf16 and 8-bit: one; planar 4-bit: the
     low-nibble chunk and the high-nibble chunk of the same 8 code bytes)."""
     width = 16 if kind == "bf16" else 8  # bytes per chunk of codes
-    lines = _row("%pw", "%sw", n, f"wrow{n}") + [
+    lines = [
+        *_row("%pw", "%sw", n, f"wrow{n}"),
         f"  %wo{n} = mul i64 %t, {width}",
         f"  %wa{n} = add i64 %wrow{n}, %wo{n}",
         f"  %wp{n} = inttoptr i64 %wa{n} to ptr",
     ]
     if kind == "bf16":
-        return lines + [
+        return [
+            *lines,
             f"  %wh{n} = load <8 x i16>, ptr %wp{n}, align 2",
             f"  %wz{n} = zext <8 x i16> %wh{n} to <8 x i32>",
             f"  %ws{n} = shl <8 x i32> %wz{n}, splat (i32 16)",
@@ -108,7 +120,8 @@ def _weights(kind: str, n: int) -> list[str]:
 
 
 def _microkernel(kind: str, NR: int, MR: int, G: int) -> str:
-    """``@{kind}_{NR}x{MR}(pw, sw, ps, pb, sg, px, sx, po, so, groups, per_group)``: an NR×MR block of outputs.
+    """``@{kind}_{NR}x{MR}(pw, sw, ps, pb, sg, px, sx, pa, sa, po, so, groups, per_group)`` (ABI), an NR×MR block
+    of outputs (``pa``/``sa``: per-row side data, unused by the float tiles).
 
     Two loops: groups (scale/bias splats made once each), then the ``per_group`` 8-wide chunks inside a group
     (bf16: one "group" of every chunk). The accumulators run through both, so each element is one chain."""
@@ -134,7 +147,8 @@ def _microkernel(kind: str, NR: int, MR: int, G: int) -> str:
         inner += _weights(kind, n)
     for h in range(halves):
         for r in range(MR):
-            inner += _row("%px", "%sx", r, f"xr{r}_{h}") + [
+            inner += [
+                *_row("%px", "%sx", r, f"xr{r}_{h}"),
                 f"  %xb{r}_{h} = mul i64 %xo_{h}, 4",
                 f"  %xa{r}_{h} = add i64 %xr{r}_{h}, %xb{r}_{h}",
                 f"  %xp{r}_{h} = inttoptr i64 %xa{r}_{h} to ptr",
@@ -149,8 +163,17 @@ def _microkernel(kind: str, NR: int, MR: int, G: int) -> str:
                 f"<8 x float> {prev})"
             )
             prev = cur
-    inner += ["  %jn = add i64 %j, 1", "  %jd = icmp sge i64 %jn, %per_group", "  br i1 %jd, label %latch, label %inner"]
-    latch = ["latch:", "  %gn = add i64 %g, 1", "  %gd = icmp sge i64 %gn, %groups", "  br i1 %gd, label %exit, label %outer"]
+    inner += [
+        "  %jn = add i64 %j, 1",
+        "  %jd = icmp sge i64 %jn, %per_group",
+        "  br i1 %jd, label %latch, label %inner",
+    ]
+    latch = [
+        "latch:",
+        "  %gn = add i64 %g, 1",
+        "  %gd = icmp sge i64 %gn, %groups",
+        "  br i1 %gd, label %exit, label %outer",
+    ]
     tail = ["exit:"]
     for n, r in pairs:
         a, e = f"%nacc{n}_{r}", f"{n}_{r}"
@@ -170,11 +193,10 @@ def _microkernel(kind: str, NR: int, MR: int, G: int) -> str:
             f"  store float %y{e}, ptr %op{e}, align 4",
         ]
     tail.append("  ret void")
-    args = ", ".join(f"i64 %{a}" for a in ("pw", "sw", "ps", "pb", "sg", "px", "sx", "po", "so", "groups", "per_group"))
-    return f"define void @{kind}_{NR}x{MR}({args}) {{\n" + "\n".join(entry + outer + inner + latch + tail) + "\n}\n"
+    return f"define void @{kind}_{NR}x{MR}({ABI}) {{\n" + "\n".join(entry + outer + inner + latch + tail) + "\n}\n"
 
 
-_SIG = ctypes.CFUNCTYPE(None, *[ADDRESSES] * 11)
+_SIG = ctypes.CFUNCTYPE(None, *[ADDRESSES] * 13)
 _compiled: dict[tuple[str, int], dict[str, Any] | None] = {}
 
 
@@ -185,9 +207,11 @@ def kernels(kind: str, G: int = 0) -> tuple[Any, ...] | None:
     names = [f"{kind}_{a}x{b}" for a, b in shapes]
     if key not in _compiled:
         unique = dict(zip(names, shapes, strict=True))  # an NR of 1 makes a tile its own edge
-        ir = "declare <8 x float> @llvm.fma.v8f32(<8 x float>, <8 x float>, <8 x float>)\n" + "".join(
-            _microkernel(kind, a, b, G or 64) for a, b in unique.values()
-        )
+        ir = "declare <8 x float> @llvm.fma.v8f32(<8 x float>, <8 x float>, <8 x float>)\n"
+        if kind == "q4i":
+            ir += int4_tiles.DECLARATIONS + "".join(int4_tiles.microkernel(a, b) for a, b in unique.values())
+        else:
+            ir += "".join(_microkernel(kind, a, b, G or 64) for a, b in unique.values())
         _compiled[key] = compile_ir(ir, ("avx2", "fma"), dict.fromkeys(unique, _SIG))
     fns = _compiled[key]
     if fns is None:
@@ -199,34 +223,39 @@ if HAVE_NUMBA:
     from numba import njit, prange
 
     @njit(cache=True)
-    def _panel(tile, edge, NR, lo, hi, pw, sw, ps, pb, sg, px, sx, po, so, groups, per_group):  # pragma: no cover
+    def _panel(
+        tile, edge, NR, lo, hi, pw, sw, ps, pb, sg, px, sx, pa, sa, po, so, groups, per_group
+    ):  # pragma: no cover
         """One panel of input rows against weight rows lo..hi: NR-row tiles, then one-row edges."""
         i = lo
         while i + NR <= hi:
-            tile(pw + i * sw, sw, ps + i * sg, pb + i * sg, sg, px, sx, po + i * 4, so, groups, per_group)
+            tile(pw + i * sw, sw, ps + i * sg, pb + i * sg, sg, px, sx, pa, sa, po + i * 4, so, groups, per_group)
             i += NR
         while i < hi:
-            edge(pw + i * sw, sw, ps + i * sg, pb + i * sg, sg, px, sx, po + i * 4, so, groups, per_group)
+            edge(pw + i * sw, sw, ps + i * sg, pb + i * sg, sg, px, sx, pa, sa, po + i * 4, so, groups, per_group)
             i += 1
 
     @njit(parallel=True, cache=True)
-    def _drive(t4, e4, t2, e2, t1, e1, N4, N2, N1, pw, sw, ps, pb, sg, X, out, n, groups, per_group):  # pragma: no cover
+    def _drive(fns, NRs, pw, sw, ps, pb, sg, m, px, sx, pa, sa, out, n, groups, per_group):  # pragma: no cover
         """Every BLOCK weight rows are one work item; inside, the input rows go in panels of 4, then 2, then 1,
         each against the block's weight rows (every tile computes each element by the same chain)."""
-        m = X.shape[0]
-        px, sx = X.ctypes.data, X.strides[0]
+        t4, e4, t2, e2, t1, e1 = fns
+        N4, N2, N1 = NRs
         po, so = out.ctypes.data, out.strides[0]
         for blk in prange((n + BLOCK - 1) // BLOCK):
             lo, hi = blk * BLOCK, min(n, blk * BLOCK + BLOCK)
             r = 0
             while r + 4 <= m:
-                _panel(t4, e4, N4, lo, hi, pw, sw, ps, pb, sg, px + r * sx, sx, po + r * so, so, groups, per_group)
+                x, a, o = px + r * sx, pa + r * sa, po + r * so
+                _panel(t4, e4, N4, lo, hi, pw, sw, ps, pb, sg, x, sx, a, sa, o, so, groups, per_group)
                 r += 4
             if r + 2 <= m:
-                _panel(t2, e2, N2, lo, hi, pw, sw, ps, pb, sg, px + r * sx, sx, po + r * so, so, groups, per_group)
+                x, a, o = px + r * sx, pa + r * sa, po + r * so
+                _panel(t2, e2, N2, lo, hi, pw, sw, ps, pb, sg, x, sx, a, sa, o, so, groups, per_group)
                 r += 2
             if r < m:
-                _panel(t1, e1, N1, lo, hi, pw, sw, ps, pb, sg, px + r * sx, sx, po + r * so, so, groups, per_group)
+                x, a, o = px + r * sx, pa + r * sa, po + r * so
+                _panel(t1, e1, N1, lo, hi, pw, sw, ps, pb, sg, x, sx, a, sa, o, so, groups, per_group)
 
 
 def applies(kind: str, k: int, G: int = 0) -> bool:
@@ -235,6 +264,8 @@ def applies(kind: str, k: int, G: int = 0) -> bool:
     if not (HAVE_NUMBA and SWITCHES.tiles):
         return False
     if kind == "q4" and (k % (2 * G) or G % 16):
+        return False
+    if kind == "q4i" and (G != int4_tiles.GROUP or k % (2 * G) or not SWITCHES.int8_activations):
         return False
     if k % 8 or (G and G % 8):
         return False
@@ -245,9 +276,17 @@ def matmul(kind: str, w: Any, X: np.ndarray) -> np.ndarray:
     """``X [m, k] @ Wᵀ`` -> float32 [m, n] on the tiles (call ``applies`` first)."""
     X = np.ascontiguousarray(X, dtype=np.float32)
     m = X.shape[0]
+    px, sx, pa, sa = X.ctypes.data, X.strides[0], 0, 0
     if kind == "bf16":
         codes, ps, pb, sg, G = w, 0, 0, 0, 0
         groups, per_group = 1, w.shape[1] // 8
+    elif kind == "q4i":  # int8 activations per group, and [scales | sums] per row (int4_tiles.py's contract)
+        codes, G = w.codes, w.group_size
+        ps, pb, sg = w.scales.ctypes.data, w.biases.ctypes.data, w.scales.strides[0]
+        groups, per_group = w.shape[1] // (2 * G), 0
+        xq, xsc, xsum = quantize_rows(X)
+        side = np.concatenate([xsc, xsum], axis=1)
+        px, sx, pa, sa = xq.ctypes.data, xq.strides[0], side.ctypes.data, side.strides[0]
     else:
         codes, G = w.codes, w.group_size
         ps, pb, sg = w.scales.ctypes.data, w.biases.ctypes.data, w.scales.strides[0]
@@ -258,5 +297,6 @@ def matmul(kind: str, w: Any, X: np.ndarray) -> np.ndarray:
     out = np.empty((m, n), np.float32)
     key = ("tiles", kind, codes.shape, bucket(m))
     NRs = [NR for NR, _ in TILES[kind]]
-    fan_out(key, _drive, *fns, *NRs, codes.ctypes.data, codes.strides[0], ps, pb, sg, X, out, n, groups, per_group)
+    args = (codes.ctypes.data, codes.strides[0], ps, pb, sg, m, px, sx, pa, sa, out, n, groups, per_group)
+    fan_out(key, _drive, fns, tuple(NRs), *args)
     return out

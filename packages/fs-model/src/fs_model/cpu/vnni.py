@@ -21,10 +21,9 @@ from typing import Any
 import numpy as np
 
 from . import SWITCHES
+from .int4_tiles import GROUP, quantize_rows
 from .llvm_ir import ADDRESSES, compile_ir
 from .threads import bucket, fan_out
-
-GROUP = 64
 
 
 def _lanes(value: int) -> str:
@@ -95,24 +94,6 @@ AVAILABLE = _row_q4 is not None  # this CPU and install can run it; SWITCHES.int
 if AVAILABLE:
     from numba import njit, prange
 
-    @njit(fastmath=True, cache=True)
-    def _quantize_rows(X, XQ, SX, XS):  # pragma: no cover - compiled
-        """Per group of 64: SX = max|x|/127, XQ = round(x/SX) in int8, XS = Σ x (exact, for the bias term)."""
-        for r in range(X.shape[0]):
-            for g in range(SX.shape[1]):
-                x = X[r, g * GROUP : (g + 1) * GROUP]
-                m = np.float32(0.0)
-                s = np.float32(0.0)
-                for j in range(GROUP):
-                    m = max(m, abs(x[j]))
-                    s += x[j]
-                scale = m / np.float32(127.0) if m > 0 else np.float32(1.0)
-                inv = np.float32(1.0) / scale
-                q = XQ[r, g * GROUP : (g + 1) * GROUP]
-                for j in range(GROUP):
-                    q[j] = np.int8(np.rint(x[j] * inv))
-                SX[r, g], XS[r, g] = scale, s
-
     @njit(parallel=True, fastmath=True, cache=True)
     def _rows_vnni(row_q4, q, scales, biases, XQ, SX, XS, out):  # pragma: no cover - compiled
         """out[r, i] = the contract's dot product of row i with activation row r; one pass over the codes.
@@ -136,15 +117,6 @@ if AVAILABLE:
 def applies(bits: int, group: int, in_features: int) -> bool:
     """The integer path covers 4-bit codes, group 64, an even number of groups (the planar pairs)."""
     return AVAILABLE and SWITCHES.int8_activations and bits == 4 and group == GROUP and in_features % (2 * GROUP) == 0
-
-
-def quantize_rows(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """x [m, k] float32 -> (xq int8 [m, k], sx [m, k/64], Σx [m, k/64]) per the module's contract."""
-    m, k = x.shape
-    xq = np.empty((m, k), np.int8)
-    sx, xs = np.empty((m, k // GROUP), np.float32), np.empty((m, k // GROUP), np.float32)
-    _quantize_rows(x, xq, sx, xs)
-    return xq, sx, xs
 
 
 def rows(w, x: np.ndarray) -> np.ndarray:
