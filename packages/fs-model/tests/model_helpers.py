@@ -44,10 +44,11 @@ def int8_activation_contract(w, x):
     import numpy as np
 
     from fs_model.cpu import affine
-    from fs_model.cpu.int4_tiles import quantize_rows
+    from fs_model.cpu.int4_tiles import quantize_rows, scales_and_sums
 
     n = w.shape[0]
-    xq, sx, xs = quantize_rows(x)
+    xq, side = quantize_rows(x)
+    sx, xs = scales_and_sums(side)
     codes = affine._unplanar(w.codes, 64).astype(np.int64).reshape(n, -1, 64)
     dots = np.einsum("ngj,mgj->mng", codes, xq.astype(np.int64).reshape(x.shape[0], -1, 64))
     s, b = w.scales.astype(np.float64)[None], w.biases.astype(np.float64)[None]

@@ -7,7 +7,7 @@ import pytest
 from fs_model.cpu import tiles
 from fs_model.cpu.affine import AffineLinear, quantize_affine
 from fs_model.cpu.bf16 import Bf16Linear
-from fs_model.cpu.int4_tiles import quantize_rows
+from fs_model.cpu.int4_tiles import quantize_rows, scales_and_sums
 from fs_weights import bf16_to_f32, f32_to_bf16
 from model_helpers import int8_activation_contract, rel_err
 
@@ -106,7 +106,8 @@ def test_activation_quantization(reference):
     rng = np.random.default_rng(0)
     x = rng.standard_normal((2, 256), dtype=np.float32) * np.float32(5)
     x[1, :64] = 0  # an all-zero group: scale 1, codes 0, no division by zero
-    xq, sx, xs = quantize_rows(x)
+    xq, side = quantize_rows(x)
+    sx, xs = scales_and_sums(side)
     assert xq.dtype == np.int8 and np.abs(xq.astype(int)).max() <= 127
     back = xq.astype(np.float32) * np.repeat(sx, 64, axis=1)
     assert np.all(np.abs(back - x) <= np.repeat(sx, 64, axis=1) / 2 + 1e-6)

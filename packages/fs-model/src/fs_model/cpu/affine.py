@@ -219,23 +219,24 @@ class AffineLinear(Linear):
             self.kind = "q4i"
         layout = w.codes.strides[1] == 1 and w.scales.strides == w.biases.strides and w.scales.strides[1] == 4
         self.tiled = layout and tiles.applies(self.kind, k, w.group_size)
+        self.tiles = tiles.Tiled(self.kind, w) if self.tiled else None
         self.integer_decode = vnni.applies(w.bits, w.group_size, k)
         self.gemm = bf16_gemm.applies(w) and not self.invariant
 
     def matmul(self, rows: np.ndarray) -> np.ndarray:
+        if self.invariant and self.tiles is not None:  # every M on the tiles: codes converted once per tile
+            return self.tiles(rows)
         w = self.w
         rows = np.ascontiguousarray(rows, dtype=np.float32)
         n, k = w.shape
         G = w.group_size
         if not HAVE_NUMBA:
             return rows @ w.dequantize().T
-        if self.invariant and self.tiled:  # every M on the tiles: converted codes shared by a tile's rows
-            return tiles.matmul(self.kind, w, rows)
         small = rows.shape[0] <= SMALL or self.invariant
         if small and self.integer_decode:
             return vnni.rows(w, rows)
-        if small and self.tiled:
-            return tiles.matmul(self.kind, w, rows)
+        if small and self.tiles is not None:
+            return self.tiles(rows)
         if small:
             y = np.empty((rows.shape[0], n), np.float32)
             xsum = rows.reshape(rows.shape[0], -1, G).sum(axis=2, dtype=np.float32)

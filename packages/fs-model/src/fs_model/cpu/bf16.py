@@ -77,14 +77,15 @@ class Bf16Linear(Linear):
         # row kernel for every M: each output element is one fixed dot-product loop, whatever else is in the call
         self.invariant = SWITCHES.batch_invariant
         self.tiled = tiles.applies("bf16", w.shape[1]) and w.strides[1] == 2
+        self.tiles = tiles.Tiled("bf16", w) if self.tiled else None
         self.gemm = bf16_gemm.applies(w) and not self.invariant
 
     def matmul(self, rows: np.ndarray) -> np.ndarray:
         if not HAVE_NUMBA:
             return rows @ bf16_to_f32(self.w).T
         small = rows.shape[0] <= SMALL
-        if self.tiled and (small or self.invariant):
-            return tiles.matmul("bf16", self.w, rows)
+        if self.tiles is not None and (small or self.invariant):
+            return self.tiles(rows)
         if small or self.invariant:
             return rows_kernel(rows, self.w)
         if self.gemm:

@@ -46,13 +46,20 @@ if HAVE_NUMBA:
                 SX[r, g], XS[r, g] = scale, s
 
 
-def quantize_rows(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """x [m, k] float32 -> (xq int8 [m, k], sx [m, k/64], Σx [m, k/64]) per the module's contract."""
+def quantize_rows(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """x [m, k] float32 -> (xq int8 [m, k], side float32 [m, 2·k/64]: each row's sx_g for every group, then its
+    Σx_g for every group) per the module's contract."""
     m, k = x.shape
-    xq = np.empty((m, k), np.int8)
-    sx, xs = np.empty((m, k // GROUP), np.float32), np.empty((m, k // GROUP), np.float32)
-    _quantize_rows(x, xq, sx, xs)
-    return xq, sx, xs
+    ng = k // GROUP
+    xq, side = np.empty((m, k), np.int8), np.empty((m, 2 * ng), np.float32)
+    _quantize_rows(x, xq, side[:, :ng], side[:, ng:])
+    return xq, side
+
+
+def scales_and_sums(side: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``quantize_rows``' side array split into sx [m, k/64] and Σx [m, k/64] (views)."""
+    ng = side.shape[1] // 2
+    return side[:, :ng], side[:, ng:]
 
 
 def _load(name: str, base: str, offset: int | str, ty: str) -> list[str]:

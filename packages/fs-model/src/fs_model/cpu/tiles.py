@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from . import HAVE_NUMBA, SWITCHES, int4_tiles
+from . import HAVE_NUMBA, SWITCHES, float_tiles, int4_tiles
 from .int4_tiles import quantize_rows
 from .llvm_ir import ADDRESSES, compile_ir
 from .threads import bucket, fan_out
@@ -52,215 +52,81 @@ ABI = ", ".join(
 )
 
 
-def _splat(name: str, scalar: str) -> list[str]:
-    return [
-        f"  {name}.0 = insertelement <8 x float> poison, float {scalar}, i32 0",
-        f"  {name} = shufflevector <8 x float> {name}.0, <8 x float> poison, <8 x i32> zeroinitializer",
-    ]
-
-
-def _row(base: str, stride: str, n: int, name: str) -> list[str]:
-    """%name = base + n * stride (the address of weight row n of the tile, or of its scales / biases)."""
-    return [f"  %{name}m = mul i64 {stride}, {n}", f"  %{name} = add i64 {base}, %{name}m"]
-
-
-def _group_constants(kind: str, NR: int) -> list[str]:
-    """Per weight row: scale and bias splats of group %g (8-bit) or of groups 2%g and 2%g+1 (planar 4-bit)."""
-    lines: list[str] = []
-    for n in range(NR):
-        lines += _row("%ps", "%sg", n, f"srow{n}") + _row("%pb", "%sg", n, f"brow{n}")
-        for h in range(2 if kind == "q4" else 1):
-            gi = "%g" if kind == "q8" else f"%gq{n}_{h}"
-            if kind == "q4":
-                lines.append(f"  %gq{n}_{h} = add i64 %g2, {h}")
-            lines += [
-                f"  %ga{n}_{h} = mul i64 {gi}, 4",
-                f"  %sa{n}_{h} = add i64 %srow{n}, %ga{n}_{h}",
-                f"  %ba{n}_{h} = add i64 %brow{n}, %ga{n}_{h}",
-                f"  %sp{n}_{h} = inttoptr i64 %sa{n}_{h} to ptr",
-                f"  %bp{n}_{h} = inttoptr i64 %ba{n}_{h} to ptr",
-                f"  %s{n}_{h} = load float, ptr %sp{n}_{h}, align 4",
-                f"  %b{n}_{h} = load float, ptr %bp{n}_{h}, align 4",
-                *_splat(f"%ss{n}_{h}", f"%s{n}_{h}"),
-                *_splat(f"%bs{n}_{h}", f"%b{n}_{h}"),
-            ]
-    return lines
-
-
-def _weights(kind: str, n: int) -> list[str]:
-    """Weight row n's converted 8-wide chunk(s) %w{n}_{h} at chunk %t (bf16 and 8-bit: one; planar 4-bit: the
-    low-nibble chunk and the high-nibble chunk of the same 8 code bytes)."""
-    width = 16 if kind == "bf16" else 8  # bytes per chunk of codes
-    lines = [
-        *_row("%pw", "%sw", n, f"wrow{n}"),
-        f"  %wo{n} = mul i64 %t, {width}",
-        f"  %wa{n} = add i64 %wrow{n}, %wo{n}",
-        f"  %wp{n} = inttoptr i64 %wa{n} to ptr",
-    ]
-    if kind == "bf16":
-        return [
-            *lines,
-            f"  %wh{n} = load <8 x i16>, ptr %wp{n}, align 2",
-            f"  %wz{n} = zext <8 x i16> %wh{n} to <8 x i32>",
-            f"  %ws{n} = shl <8 x i32> %wz{n}, splat (i32 16)",
-            f"  %w{n}_0 = bitcast <8 x i32> %ws{n} to <8 x float>",
-        ]
-    lines.append(f"  %wb{n} = load <8 x i8>, ptr %wp{n}, align 1")
-    planes = [f"%wb{n}"]
-    if kind == "q4":
-        lines += [f"  %lo{n} = and <8 x i8> %wb{n}, splat (i8 15)", f"  %hi{n} = lshr <8 x i8> %wb{n}, splat (i8 4)"]
-        planes = [f"%lo{n}", f"%hi{n}"]
-    for h, codes in enumerate(planes):
-        lines += [
-            f"  %cf{n}_{h} = uitofp <8 x i8> {codes} to <8 x float>",
-            f"  %w{n}_{h} = call <8 x float> @llvm.fma.v8f32(<8 x float> %cf{n}_{h}, <8 x float> %ss{n}_{h}, "
-            f"<8 x float> %bs{n}_{h})",
-        ]
-    return lines
-
-
-def _microkernel(kind: str, NR: int, MR: int, G: int) -> str:
-    """``@{kind}_{NR}x{MR}(pw, sw, ps, pb, sg, px, sx, pa, sa, po, so, groups, per_group)`` (ABI), an NR×MR block
-    of outputs (``pa``/``sa``: per-row side data, unused by the float tiles).
-
-    Two loops: groups (scale/bias splats made once each), then the ``per_group`` 8-wide chunks inside a group
-    (bf16: one "group" of every chunk). The accumulators run through both, so each element is one chain."""
-    pairs = [(n, r) for n in range(NR) for r in range(MR)]
-    halves = 2 if kind == "q4" else 1
-    entry = ["entry:", "  br label %outer"]
-    outer = ["outer:", "  %g = phi i64 [0, %entry], [%gn, %latch]"]
-    outer += [f"  %oacc{n}_{r} = phi <8 x float> [zeroinitializer, %entry], [%nacc{n}_{r}, %latch]" for n, r in pairs]
-    if kind == "q4":
-        outer.append("  %g2 = mul i64 %g, 2")
-    if kind != "bf16":
-        outer += _group_constants(kind, NR)
-    outer.append("  br label %inner")
-    inner = ["inner:", "  %j = phi i64 [0, %outer], [%jn, %inner]"]
-    inner += [f"  %acc{n}_{r} = phi <8 x float> [%oacc{n}_{r}, %outer], [%nacc{n}_{r}, %inner]" for n, r in pairs]
-    inner += ["  %tg = mul i64 %g, %per_group", "  %t = add i64 %tg, %j"]
-    if kind == "q4":  # x offsets (floats): chunk t's low plane starts at 2G·g + 8j, its high plane G later
-        inner += [f"  %xg = mul i64 %g, {2 * G}", "  %xj = mul i64 %j, 8", "  %xo_0 = add i64 %xg, %xj"]
-        inner.append(f"  %xo_1 = add i64 %xo_0, {G}")
-    else:
-        inner.append("  %xo_0 = mul i64 %t, 8")
-    for n in range(NR):
-        inner += _weights(kind, n)
-    for h in range(halves):
-        for r in range(MR):
-            inner += [
-                *_row("%px", "%sx", r, f"xr{r}_{h}"),
-                f"  %xb{r}_{h} = mul i64 %xo_{h}, 4",
-                f"  %xa{r}_{h} = add i64 %xr{r}_{h}, %xb{r}_{h}",
-                f"  %xp{r}_{h} = inttoptr i64 %xa{r}_{h} to ptr",
-                f"  %x{r}_{h} = load <8 x float>, ptr %xp{r}_{h}, align 4",
-            ]
-    for n, r in pairs:
-        prev = f"%acc{n}_{r}"
-        for h in range(halves):
-            cur = f"%nacc{n}_{r}" if h == halves - 1 else f"%pacc{n}_{r}_{h}"
-            inner.append(
-                f"  {cur} = call <8 x float> @llvm.fma.v8f32(<8 x float> %w{n}_{h}, <8 x float> %x{r}_{h}, "
-                f"<8 x float> {prev})"
-            )
-            prev = cur
-    inner += [
-        "  %jn = add i64 %j, 1",
-        "  %jd = icmp sge i64 %jn, %per_group",
-        "  br i1 %jd, label %latch, label %inner",
-    ]
-    latch = [
-        "latch:",
-        "  %gn = add i64 %g, 1",
-        "  %gd = icmp sge i64 %gn, %groups",
-        "  br i1 %gd, label %exit, label %outer",
-    ]
-    tail = ["exit:"]
-    for n, r in pairs:
-        a, e = f"%nacc{n}_{r}", f"{n}_{r}"
-        tail += [
-            f"  %l{e} = shufflevector <8 x float> {a}, <8 x float> poison, <4 x i32> <i32 0, i32 1, i32 2, i32 3>",
-            f"  %h{e} = shufflevector <8 x float> {a}, <8 x float> poison, <4 x i32> <i32 4, i32 5, i32 6, i32 7>",
-            f"  %q{e} = fadd <4 x float> %l{e}, %h{e}",
-            f"  %ql{e} = shufflevector <4 x float> %q{e}, <4 x float> poison, <2 x i32> <i32 0, i32 1>",
-            f"  %qh{e} = shufflevector <4 x float> %q{e}, <4 x float> poison, <2 x i32> <i32 2, i32 3>",
-            f"  %d{e} = fadd <2 x float> %ql{e}, %qh{e}",
-            f"  %e0{e} = extractelement <2 x float> %d{e}, i32 0",
-            f"  %e1{e} = extractelement <2 x float> %d{e}, i32 1",
-            f"  %y{e} = fadd float %e0{e}, %e1{e}",
-            *_row("%po", "%so", r, f"or{e}"),
-            f"  %oa{e} = add i64 %or{e}, {n * 4}",
-            f"  %op{e} = inttoptr i64 %oa{e} to ptr",
-            f"  store float %y{e}, ptr %op{e}, align 4",
-        ]
-    tail.append("  ret void")
-    return f"define void @{kind}_{NR}x{MR}({ABI}) {{\n" + "\n".join(entry + outer + inner + latch + tail) + "\n}\n"
-
-
 _SIG = ctypes.CFUNCTYPE(None, *[ADDRESSES] * 13)
-_compiled: dict[tuple[str, int], dict[str, Any] | None] = {}
+_compiled: dict[tuple[str, int], tuple[int, ...] | None] = {}
 
 
-def kernels(kind: str, G: int = 0) -> tuple[Any, ...] | None:
-    """Per panel (4, 2, 1 input rows): its NR×MR tile function and its 1×MR edge function; compiled once."""
+def kernels(kind: str, G: int = 0) -> tuple[int, ...] | None:
+    """Per panel (4, 2, 1 input rows): the code addresses of its NR×MR tile and of its 1×MR edge; compiled once."""
     key = (kind, G)
-    shapes = [s for NR, MR in TILES[kind] for s in ((NR, MR), (1, MR))]
-    names = [f"{kind}_{a}x{b}" for a, b in shapes]
     if key not in _compiled:
+        shapes = [s for NR, MR in TILES[kind] for s in ((NR, MR), (1, MR))]
+        names = [f"{kind}_{a}x{b}" for a, b in shapes]
         unique = dict(zip(names, shapes, strict=True))  # an NR of 1 makes a tile its own edge
-        ir = "declare <8 x float> @llvm.fma.v8f32(<8 x float>, <8 x float>, <8 x float>)\n"
         if kind == "q4i":
-            ir += int4_tiles.DECLARATIONS + "".join(int4_tiles.microkernel(a, b) for a, b in unique.values())
+            ir = int4_tiles.DECLARATIONS + "".join(int4_tiles.microkernel(a, b) for a, b in unique.values())
         else:
-            ir += "".join(_microkernel(kind, a, b, G or 64) for a, b in unique.values())
-        _compiled[key] = compile_ir(ir, ("avx2", "fma"), dict.fromkeys(unique, _SIG))
-    fns = _compiled[key]
-    if fns is None:
-        return None
-    return tuple(fns[n] for n in names)
+            ir = float_tiles.DECLARATIONS + "".join(float_tiles.microkernel(kind, a, b, G) for a, b in unique.values())
+        fns = compile_ir(ir, ("avx2", "fma"), dict.fromkeys(unique, _SIG))
+        # raw addresses: numba calls them through _call (a ctypes object as an argument costs a cast per call)
+        _compiled[key] = None if fns is None else tuple(ctypes.cast(fns[n], ctypes.c_void_p).value or 0 for n in names)
+    return _compiled[key]
 
 
 if HAVE_NUMBA:
-    from numba import njit, prange
+    from llvmlite import ir as llvm_ir
+    from numba import njit, prange, types
+    from numba.extending import intrinsic
+
+    @intrinsic
+    def _call(typingctx, address, args):  # pragma: no cover - compiled
+        """Call the tile function at ``address`` with the 13 int64 ``args`` of the ABI."""
+        i64 = llvm_ir.IntType(64)
+
+        def codegen(context, builder, signature, values):
+            fn = builder.inttoptr(values[0], llvm_ir.FunctionType(llvm_ir.VoidType(), [i64] * 13).as_pointer())
+            builder.call(fn, [builder.extract_value(values[1], j) for j in range(13)])
+            return context.get_dummy_value()
+
+        return types.void(address, args), codegen
 
     @njit(cache=True)
-    def _panel(
-        tile, edge, NR, lo, hi, pw, sw, ps, pb, sg, px, sx, pa, sa, po, so, groups, per_group
-    ):  # pragma: no cover
+    def _panel(tile, edge, NR, lo, hi, pw, sw, ps, pb, sg, px, sx, pa, sa, po, so, G, P):  # pragma: no cover
         """One panel of input rows against weight rows lo..hi: NR-row tiles, then one-row edges."""
         i = lo
         while i + NR <= hi:
-            tile(pw + i * sw, sw, ps + i * sg, pb + i * sg, sg, px, sx, pa, sa, po + i * 4, so, groups, per_group)
+            _call(tile, (pw + i * sw, sw, ps + i * sg, pb + i * sg, sg, px, sx, pa, sa, po + i * 4, so, G, P))
             i += NR
         while i < hi:
-            edge(pw + i * sw, sw, ps + i * sg, pb + i * sg, sg, px, sx, pa, sa, po + i * 4, so, groups, per_group)
+            _call(edge, (pw + i * sw, sw, ps + i * sg, pb + i * sg, sg, px, sx, pa, sa, po + i * 4, so, G, P))
             i += 1
 
     @njit(parallel=True, cache=True)
-    def _drive(fns, NRs, pw, sw, ps, pb, sg, m, px, sx, pa, sa, out, n, groups, per_group):  # pragma: no cover
+    def _drive(fns, NRs, pw, sw, ps, pb, sg, X, A, out, n, G, P):  # pragma: no cover
         """Every BLOCK weight rows are one work item; inside, the input rows go in panels of 4, then 2, then 1,
-        each against the block's weight rows (every tile computes each element by the same chain)."""
+        each against the block's weight rows (every tile computes each element by the same chain). X: the input
+        rows (float32, or int8 for q4i); A: per-row side data (q4i), else an empty placeholder."""
         t4, e4, t2, e2, t1, e1 = fns
         N4, N2, N1 = NRs
+        m, px, sx = X.shape[0], X.ctypes.data, X.strides[0]
+        pa, sa = A.ctypes.data, A.strides[0]
         po, so = out.ctypes.data, out.strides[0]
         for blk in prange((n + BLOCK - 1) // BLOCK):
             lo, hi = blk * BLOCK, min(n, blk * BLOCK + BLOCK)
             r = 0
             while r + 4 <= m:
-                x, a, o = px + r * sx, pa + r * sa, po + r * so
-                _panel(t4, e4, N4, lo, hi, pw, sw, ps, pb, sg, x, sx, a, sa, o, so, groups, per_group)
+                _panel(t4, e4, N4, lo, hi, pw, sw, ps, pb, sg, px + r * sx, sx, pa + r * sa, sa, po + r * so, so, G, P)
                 r += 4
             if r + 2 <= m:
-                x, a, o = px + r * sx, pa + r * sa, po + r * so
-                _panel(t2, e2, N2, lo, hi, pw, sw, ps, pb, sg, x, sx, a, sa, o, so, groups, per_group)
+                _panel(t2, e2, N2, lo, hi, pw, sw, ps, pb, sg, px + r * sx, sx, pa + r * sa, sa, po + r * so, so, G, P)
                 r += 2
             if r < m:
-                x, a, o = px + r * sx, pa + r * sa, po + r * so
-                _panel(t1, e1, N1, lo, hi, pw, sw, ps, pb, sg, x, sx, a, sa, o, so, groups, per_group)
+                _panel(t1, e1, N1, lo, hi, pw, sw, ps, pb, sg, px + r * sx, sx, pa + r * sa, sa, po + r * so, so, G, P)
 
 
 def applies(kind: str, k: int, G: int = 0) -> bool:
     """This CPU runs the tiles (AVX2 + FMA; ``FS_TILES=0`` turns them off) and the shape tiles: k a multiple of 8
-    (bf16, 8-bit) or an even number of groups of a multiple of 16 (planar 4-bit)."""
+    (bf16, 8-bit), an even number of groups of a multiple of 16 (planar 4-bit), groups of 64 (int8 activations)."""
     if not (HAVE_NUMBA and SWITCHES.tiles):
         return False
     if kind == "q4" and (k % (2 * G) or G % 16):
@@ -272,31 +138,45 @@ def applies(kind: str, k: int, G: int = 0) -> bool:
     return kernels(kind, G) is not None
 
 
+_NO_SIDE = np.zeros((1, 1), np.float32)
+
+
+class Tiled:
+    """One matrix on the tiles, everything but the input prepared once: ``Tiled(kind, w)(X) -> [m, n] float32``.
+
+    ``kind`` "bf16": ``w`` is uint16 bf16 bits [n, k]; "q8", "q4", "q4i" (4-bit, int8 activations): an AffineWeight.
+    Call ``applies`` first."""
+
+    def __init__(self, kind: str, w: Any):
+        self.kind, self.w = kind, w  # w keeps the arrays whose addresses are taken below alive
+        if kind == "bf16":
+            codes, ps, pb, sg, G, k = w, 0, 0, 0, 0, w.shape[1]
+            outer, inner = 1, k // 8
+        else:
+            codes, G, k = w.codes, w.group_size, w.shape[1]
+            ps, pb, sg = w.scales.ctypes.data, w.biases.ctypes.data, w.scales.strides[0]
+            outer, inner = (k // (2 * G), G // 8) if kind in ("q4", "q4i") else (k // G, G // 8)
+        fns = kernels(kind, G)
+        assert fns is not None
+        self.n, self.k = codes.shape[0], k
+        self.fns, self.NRs = fns, tuple(NR for NR, _ in TILES[kind])
+        self.weights = (codes.ctypes.data, codes.strides[0], ps, pb, sg)
+        self.counts = (outer, inner)
+        self.keys = {m: ("tiles", kind, codes.shape, bucket(m)) for m in range(1, 9)}
+
+    def __call__(self, X: np.ndarray) -> np.ndarray:
+        if X.dtype != np.float32 or not X.flags.c_contiguous:
+            X = np.ascontiguousarray(X, dtype=np.float32)
+        m = X.shape[0]
+        side = _NO_SIDE
+        if self.kind == "q4i":  # int8 activations per group, and [scales | sums] per row (int4_tiles.py's contract)
+            X, side = quantize_rows(X)
+        out = np.empty((m, self.n), np.float32)
+        key = self.keys.get(m) or ("tiles", self.kind, (self.n, self.k), bucket(m))
+        fan_out(key, _drive, self.fns, self.NRs, *self.weights, X, side, out, self.n, *self.counts)
+        return out
+
+
 def matmul(kind: str, w: Any, X: np.ndarray) -> np.ndarray:
-    """``X [m, k] @ Wᵀ`` -> float32 [m, n] on the tiles (call ``applies`` first)."""
-    X = np.ascontiguousarray(X, dtype=np.float32)
-    m = X.shape[0]
-    px, sx, pa, sa = X.ctypes.data, X.strides[0], 0, 0
-    if kind == "bf16":
-        codes, ps, pb, sg, G = w, 0, 0, 0, 0
-        groups, per_group = 1, w.shape[1] // 8
-    elif kind == "q4i":  # int8 activations per group, and [scales | sums] per row (int4_tiles.py's contract)
-        codes, G = w.codes, w.group_size
-        ps, pb, sg = w.scales.ctypes.data, w.biases.ctypes.data, w.scales.strides[0]
-        groups, per_group = w.shape[1] // (2 * G), 0
-        xq, xsc, xsum = quantize_rows(X)
-        side = np.concatenate([xsc, xsum], axis=1)
-        px, sx, pa, sa = xq.ctypes.data, xq.strides[0], side.ctypes.data, side.strides[0]
-    else:
-        codes, G = w.codes, w.group_size
-        ps, pb, sg = w.scales.ctypes.data, w.biases.ctypes.data, w.scales.strides[0]
-        groups, per_group = w.shape[1] // (2 * G if kind == "q4" else G), G // 8
-    fns = kernels(kind, G)
-    assert fns is not None
-    n = codes.shape[0]
-    out = np.empty((m, n), np.float32)
-    key = ("tiles", kind, codes.shape, bucket(m))
-    NRs = [NR for NR, _ in TILES[kind]]
-    args = (codes.ctypes.data, codes.strides[0], ps, pb, sg, m, px, sx, pa, sa, out, n, groups, per_group)
-    fan_out(key, _drive, fns, tuple(NRs), *args)
-    return out
+    """``X [m, k] @ Wᵀ`` on the tiles, preparing the matrix on the spot (the layers keep a ``Tiled``)."""
+    return Tiled(kind, w)(X)

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from . import SWITCHES
-from .int4_tiles import GROUP, quantize_rows
+from .int4_tiles import GROUP, quantize_rows, scales_and_sums
 from .llvm_ir import ADDRESSES, compile_ir
 from .threads import bucket, fan_out
 
@@ -121,7 +121,8 @@ def applies(bits: int, group: int, in_features: int) -> bool:
 
 def rows(w, x: np.ndarray) -> np.ndarray:
     """``x [m, in] · wᵀ`` for an AffineWeight ``w`` on the integer path (call ``applies`` first)."""
-    xq, sx, xs = quantize_rows(x)
+    xq, side = quantize_rows(x)
+    sx, xs = (np.ascontiguousarray(a) for a in scales_and_sums(side))
     out = np.empty((x.shape[0], w.shape[0]), np.float32)
     key = ("vnni", w.shape, bucket(x.shape[0]))
     fan_out(key, _rows_vnni, _row_q4, w.codes, w.scales, w.biases, xq, sx, xs, out)
