@@ -7,7 +7,7 @@ import pytest
 from fs_model.cpu import tiles
 from fs_model.cpu.affine import AffineLinear, quantize_affine
 from fs_model.cpu.bf16 import Bf16Linear
-from fs_model.cpu.int4_tiles import quantize_rows, scales_and_sums
+from fs_model.cpu.integer_tiles import quantize_rows, scales_and_sums
 from fs_weights import bf16_to_f32, f32_to_bf16
 from model_helpers import int8_activation_contract, rel_err
 
@@ -45,15 +45,17 @@ def test_tiles_equal_the_float64_reference(tiled, kind, name):
     assert rel_err(got, want) < 1e-5
 
 
+@pytest.mark.parametrize("kind", ["q4i", "q8i"])
 @pytest.mark.parametrize("name", list(SHAPES))
-def test_int8_activation_tiles_equal_their_contract(tiled, name):
-    """4-bit codes × int8 activations (int4_tiles.py): the exact contract to float32 rounding, and within the
-    activation rounding (about 1 %) of the float product."""
+def test_int8_activation_tiles_equal_their_contract(tiled, kind, name):
+    """4- and 8-bit codes × int8 activations (integer_tiles.py): the exact contract to float32 rounding, and within
+    the activation rounding (about 1 %) of the float product. 4-bit weights take them by default, 8-bit ones with
+    FS_INT8_ACTIVATIONS=all."""
     n, k = SHAPES[name]
-    w, dense = weights("q4", n, k)
+    w, dense = weights(kind[:2], n, k)
     x = np.random.default_rng(1).standard_normal((5, k), dtype=np.float32) * np.float32(3)
-    assert tiles.applies("q4i", k, 64) and AffineLinear(w).kind == "q4i"
-    got = tiles.matmul("q4i", w, x)
+    assert tiles.applies(kind, k, 64) and AffineLinear(w).kind == ("q4i" if kind == "q4i" else "q8")
+    got = tiles.matmul(kind, w, x)
     assert rel_err(got, int8_activation_contract(w, x)) < 1e-5
     assert rel_err(got, x.astype(np.float64) @ dense.astype(np.float64).T) < 5e-2
 
@@ -62,18 +64,22 @@ def test_int8_activations_need_groups_of_64_and_the_switch(tiled, monkeypatch):
     from fs_model import cpu
 
     assert not tiles.applies("q4i", 1024, 32) and not tiles.applies("q4i", 192, 64)
+    monkeypatch.setattr(cpu.SWITCHES, "int8_activations_8bit", True)
+    assert AffineLinear(weights("q8", 8, 128)[0]).kind == "q8i"
     monkeypatch.setattr(cpu.SWITCHES, "int8_activations", False)
     assert not tiles.applies("q4i", 1024, 64) and AffineLinear(weights("q4", 8, 128)[0]).kind == "q4"
+    assert not tiles.applies("q8i", 1024, 64)
 
 
 @pytest.mark.parametrize(
-    "kind, group", [("bf16", 0), ("q8", 32), ("q8", 64), ("q8", 128), ("q4", 32), ("q4", 64), ("q4i", 64)]
+    "kind, group",
+    [("bf16", 0), ("q8", 32), ("q8", 64), ("q8", 128), ("q4", 32), ("q4", 64), ("q4i", 64), ("q8i", 64)],
 )
 def test_a_row_gets_the_same_bits_in_every_panel(tiled, kind, group):
     """13 rows = panels of 4, 4, 4 and a lone row; 6 = 4 + 2; 3 = 2 + 1: a row computed by any of them, and alone,
     is the same float32 bits (the per-element chain does not depend on the tile)."""
     n, k = 45, 512  # 45 weight rows: full tiles and one-row edges in the last block
-    w, _ = weights("q4" if kind == "q4i" else kind, n, k, group or 64)
+    w, _ = weights(kind[:2] if kind.endswith("i") else kind, n, k, group or 64)
     x = np.random.default_rng(2).standard_normal((13, k), dtype=np.float32)
     whole = tiles.matmul(kind, w, x)
     for lo, hi in ((0, 6), (5, 8), (12, 13), (3, 7)):
@@ -101,7 +107,7 @@ def test_the_switch_turns_them_off(tiled, monkeypatch):
 
 
 def test_activation_quantization(reference):
-    """The int8 activations both integer 4-bit kernels use (int4_tiles.quantize_rows)."""
+    """The int8 activations both integer 4-bit kernels use (integer_tiles.quantize_rows)."""
     reference("numba")
     rng = np.random.default_rng(0)
     x = rng.standard_normal((2, 256), dtype=np.float32) * np.float32(5)

@@ -9,7 +9,7 @@ fs-model wherever it has wheels; ``fs-model[fast]`` elsewhere) and which instruc
 |---|---|---|
 | ``FS_NUM_THREADS=N`` | every usable core | caps numba's threads (each call shape picks 1 or N: threads.py) |
 | ``FS_BF16_GEMM=0`` | on where the CPU has AVX512-BF16 | prefill with bf16 weights widens to float32 and uses BLAS |
-| ``FS_INT8_ACTIVATIONS=0`` | on where the CPU has AVX2 (tiles) or AVX-512 VNNI | 4-bit weights keep float activations |
+| ``FS_INT8_ACTIVATIONS=0`` / ``all`` | 4-bit (AVX2 or VNNI CPUs) | ``0``: float activations; ``all``: 8-bit too |
 | ``FS_REFERENCE_PATH=1`` | off | every step uses the numpy glue instead of the fused kernels |
 | ``FS_TILES=0`` | on where the CPU has AVX2 + FMA | kept weights take the row kernels instead of the register tiles |
 | ``FS_BATCH_INVARIANT=0`` | on | kept-weight models may take M-dependent kernels (BLAS / GEMM prefill, int8 decode) |
@@ -52,6 +52,7 @@ FEATURES = _host_features()  # e.g. {"avx512f", "avx512bf16", "avx512vnni", ...}
 class Switches:
     bf16_gemm: bool = True
     int8_activations: bool = True
+    int8_activations_8bit: bool = False
     fused_decode: bool = True
     batch_invariant: bool = True
     tiles: bool = True
@@ -63,6 +64,7 @@ class Switches:
         return cls(
             bf16_gemm=env.get("FS_BF16_GEMM", "") != "0",
             int8_activations=env.get("FS_INT8_ACTIVATIONS", "") != "0",
+            int8_activations_8bit=env.get("FS_INT8_ACTIVATIONS", "") == "all",
             fused_decode=env.get("FS_REFERENCE_PATH", "") in ("", "0"),
             batch_invariant=env.get("FS_BATCH_INVARIANT", "") != "0",
             tiles=env.get("FS_TILES", "") != "0",

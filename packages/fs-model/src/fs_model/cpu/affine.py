@@ -215,8 +215,9 @@ class AffineLinear(Linear):
         # row kernel for every M, so a row's result never depends on how many rows share the call
         self.invariant = SWITCHES.batch_invariant
         self.kind = "q8" if w.bits == 8 else "q4"
-        if self.kind == "q4" and tiles.applies("q4i", k, w.group_size):  # int8 activations: int4_tiles.py
-            self.kind = "q4i"
+        integer = "q4i" if w.bits == 4 else "q8i" if SWITCHES.int8_activations_8bit else None
+        if integer is not None and tiles.applies(integer, k, w.group_size):  # int8 activations: integer_tiles.py
+            self.kind = integer
         layout = w.codes.strides[1] == 1 and w.scales.strides == w.biases.strides and w.scales.strides[1] == 4
         self.tiled = layout and tiles.applies(self.kind, k, w.group_size)
         self.tiles = tiles.Tiled(self.kind, w) if self.tiled else None

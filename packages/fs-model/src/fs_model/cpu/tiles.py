@@ -26,8 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from . import HAVE_NUMBA, SWITCHES, float_tiles, int4_tiles
-from .int4_tiles import quantize_rows
+from . import HAVE_NUMBA, SWITCHES, float_tiles, integer_tiles
+from .integer_tiles import quantize_rows
 from .llvm_ir import ADDRESSES, compile_ir
 from .threads import bucket, fan_out
 
@@ -39,7 +39,8 @@ TILES = {
     "bf16": ((2, 4), (4, 2), (4, 1)),
     "q8": ((2, 4), (4, 2), (4, 1)),
     "q4": ((1, 4), (4, 2), (4, 1)),
-    "q4i": ((1, 4), (2, 2), (2, 1)),  # 4-bit codes with int8 activations (int4_tiles.py)
+    "q4i": ((1, 4), (2, 2), (2, 1)),  # 4-bit codes with int8 activations (integer_tiles.py)
+    "q8i": ((1, 4), (2, 2), (2, 1)),  # 8-bit codes with int8 activations (integer_tiles.py)
 }
 BLOCK = 16  # weight rows per parallel work item (a thread's share is whole blocks)
 
@@ -63,8 +64,9 @@ def kernels(kind: str, G: int = 0) -> tuple[int, ...] | None:
         shapes = [s for NR, MR in TILES[kind] for s in ((NR, MR), (1, MR))]
         names = [f"{kind}_{a}x{b}" for a, b in shapes]
         unique = dict(zip(names, shapes, strict=True))  # an NR of 1 makes a tile its own edge
-        if kind == "q4i":
-            ir = int4_tiles.DECLARATIONS + "".join(int4_tiles.microkernel(a, b) for a, b in unique.values())
+        if kind in ("q4i", "q8i"):
+            bits = 4 if kind == "q4i" else 8
+            ir = integer_tiles.DECLARATIONS + "".join(integer_tiles.microkernel(a, b, bits) for a, b in unique.values())
         else:
             ir = float_tiles.DECLARATIONS + "".join(float_tiles.microkernel(kind, a, b, G) for a, b in unique.values())
         fns = compile_ir(ir, ("avx2", "fma"), dict.fromkeys(unique, _SIG))
@@ -95,10 +97,10 @@ if HAVE_NUMBA:
         """One panel of input rows against weight rows lo..hi: NR-row tiles, then one-row edges."""
         i = lo
         while i + NR <= hi:
-            _call(tile, (pw + i * sw, sw, ps + i * sg, pb + i * sg, sg, px, sx, pa, sa, po + i * 4, so, G, P))
+            _call(tile, (pw + i * sw, sw, ps + i * sg, pb + i * sg, sg, px, sx, pa, sa, po + i * 4, so, G, P))  # type: ignore[call-arg]
             i += NR
         while i < hi:
-            _call(edge, (pw + i * sw, sw, ps + i * sg, pb + i * sg, sg, px, sx, pa, sa, po + i * 4, so, G, P))
+            _call(edge, (pw + i * sw, sw, ps + i * sg, pb + i * sg, sg, px, sx, pa, sa, po + i * 4, so, G, P))  # type: ignore[call-arg]
             i += 1
 
     @njit(parallel=True, cache=True)
@@ -131,7 +133,9 @@ def applies(kind: str, k: int, G: int = 0) -> bool:
         return False
     if kind == "q4" and (k % (2 * G) or G % 16):
         return False
-    if kind == "q4i" and (G != int4_tiles.GROUP or k % (2 * G) or not SWITCHES.int8_activations):
+    if kind == "q4i" and (G != integer_tiles.GROUP or k % (2 * G) or not SWITCHES.int8_activations):
+        return False
+    if kind == "q8i" and (G != integer_tiles.GROUP or k % G or not SWITCHES.int8_activations):
         return False
     if k % 8 or (G and G % 8):
         return False
@@ -169,7 +173,10 @@ class Tiled:
             X = np.ascontiguousarray(X, dtype=np.float32)
         m = X.shape[0]
         side = _NO_SIDE
-        if self.kind == "q4i":  # int8 activations per group, and [scales | sums] per row (int4_tiles.py's contract)
+        if self.kind in (
+            "q4i",
+            "q8i",
+        ):  # int8 activations per group, and [scales | sums] per row (integer_tiles.py's contract)
             X, side = quantize_rows(X)
         out = np.empty((m, self.n), np.float32)
         key = self.keys.get(m) or ("tiles", self.kind, (self.n, self.k), bucket(m))

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from . import SWITCHES
-from .int4_tiles import GROUP, quantize_rows, scales_and_sums
+from .integer_tiles import GROUP, quantize_rows, scales_and_sums
 from .llvm_ir import ADDRESSES, compile_ir
 from .threads import bucket, fan_out
 

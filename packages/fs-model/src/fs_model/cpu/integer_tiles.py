@@ -1,0 +1,222 @@
+"""4- and 8-bit register tiles with int8 activations and integer dot products (AVX2), in LLVM IR.
+
+Why: the float 4-bit tile spends about five instructions per weight converting codes (mask, widen, convert,
+fma with scale and bias) before the multiply, so 4-bit decode is bound by arithmetic, not by its 0.6 bytes per
+weight. ``vpmaddubsw`` multiplies 32 unsigned bytes (the codes, 0..15) by 32 signed bytes (the activations
+quantized to int8) and adds neighbours into 16-bit lanes; ``vpmaddwd`` by ones widens pairs into 32-bit lanes:
+two instructions per 32 weights, exact. This is what llama.cpp does for Q4_0 on AVX2. 8-bit codes (0..255) would
+overflow ``vpmaddubsw``'s 16-bit sums, so they are widened to 16 bits and multiplied by ``vpmaddwd`` directly (16
+per instruction; products up to 255 × 127 add exactly in 32 bits); 1.5× faster than the float 8-bit tile on one
+matrix but within noise on a whole decode step here (memory-bound), so 8-bit weights keep float activations
+unless ``FS_INT8_ACTIVATIONS=all`` (the activation rounding would triple their error).
+
+Contract (the same as vnni.py's, so one exact reference tests both): a row's activations are quantized per group
+of 64, ``x ≈ sx_g · xq_g`` with ``sx_g = max|x_g| / 127``, and with weights ``w = s·q + b``
+
+    out[r, i] = hsum(acc) + bsum
+    acc  = fma(float(q_g · xq_g as 8 int32 lanes), s_g · sx_g, acc)   over groups g = 0, 1, 2, … (8-wide)
+    bsum = fma(b_g, Σx_g, bsum)                                        over the same groups (scalar)
+
+Integer sums are exact and each row's activations are quantized on their own, so the result of a row depends on
+that row alone: batch invariant like every tile (tiles.py). No 16-bit overflow for 4-bit codes: a lane adds 4
+products of at most 15 × 127.
+"""
+
+import numpy as np
+
+from . import HAVE_NUMBA
+
+GROUP = 64  # weights per group, = activation quantization group (two 32-byte chunks per group)
+
+if HAVE_NUMBA:
+    from numba import njit
+
+    @njit(fastmath=True, cache=True)
+    def _quantize_rows(X, XQ, SX, XS):  # pragma: no cover - compiled
+        """Per group of 64: SX = max|x|/127, XQ = round(x/SX) in int8, XS = Σ x (exact, for the bias term)."""
+        for r in range(X.shape[0]):
+            for g in range(SX.shape[1]):
+                x = X[r, g * GROUP : (g + 1) * GROUP]
+                m = np.float32(0.0)
+                s = np.float32(0.0)
+                for j in range(GROUP):
+                    m = max(m, abs(x[j]))
+                    s += x[j]
+                scale = m / np.float32(127.0) if m > 0 else np.float32(1.0)
+                inv = np.float32(1.0) / scale
+                q = XQ[r, g * GROUP : (g + 1) * GROUP]
+                for j in range(GROUP):
+                    q[j] = np.int8(np.rint(x[j] * inv))
+                SX[r, g], XS[r, g] = scale, s
+
+
+def quantize_rows(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """x [m, k] float32 -> (xq int8 [m, k], side float32 [m, 2·k/64]: each row's sx_g for every group, then its
+    Σx_g for every group) per the module's contract."""
+    m, k = x.shape
+    ng = k // GROUP
+    xq, side = np.empty((m, k), np.int8), np.empty((m, 2 * ng), np.float32)
+    _quantize_rows(x, xq, side[:, :ng], side[:, ng:])
+    return xq, side
+
+
+def scales_and_sums(side: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``quantize_rows``' side array split into sx [m, k/64] and Σx [m, k/64] (views)."""
+    ng = side.shape[1] // 2
+    return side[:, :ng], side[:, ng:]
+
+
+def _load(name: str, base: str, offset: int | str, ty: str) -> list[str]:
+    return [
+        f"  {name}.a = add i64 {base}, {offset}",
+        f"  {name}.p = inttoptr i64 {name}.a to ptr",
+        f"  {name} = load {ty}, ptr {name}.p, align 1",
+    ]
+
+
+def _entry(NR: int, MR: int, sums_offset: str) -> list[str]:
+    L = ["entry:"]
+    for n in range(NR):
+        L += [f"  %wr{n}.m = mul i64 %sw, {n}", f"  %wr{n} = add i64 %pw, %wr{n}.m"]
+        L += [
+            f"  %sr{n}.m = mul i64 %sg, {n}",
+            f"  %sr{n} = add i64 %ps, %sr{n}.m",
+            f"  %br{n} = add i64 %pb, %sr{n}.m",
+        ]
+    for r in range(MR):
+        L += [f"  %xr{r}.m = mul i64 %sx, {r}", f"  %xr{r} = add i64 %px, %xr{r}.m"]
+        L += [f"  %ar{r}.m = mul i64 %sa, {r}", f"  %ar{r} = add i64 %pa, %ar{r}.m"]
+    return [*L, f"  %ng4 = {sums_offset}", "  br label %loop"]
+
+
+def _combine(n: int, r: int, h: int, ints: str, prev_acc: str, prev_b: str) -> list[str]:
+    """acc ← fma(float(ints), s·sx, acc); bsum ← fma(b, Σx, bsum) for weight row n, input row r, group slot h."""
+    t = f"{n}_{r}_{h}"
+    return [
+        f"  %f{t} = sitofp <8 x i32> {ints} to <8 x float>",
+        f"  %k{t} = fmul float %s{n}_{h}, %sx{r}_{h}",
+        f"  %k{t}.0 = insertelement <8 x float> poison, float %k{t}, i32 0",
+        f"  %k{t}.v = shufflevector <8 x float> %k{t}.0, <8 x float> poison, <8 x i32> zeroinitializer",
+        f"  %acc{t} = call <8 x float> @llvm.fma.v8f32(<8 x float> %f{t}, <8 x float> %k{t}.v, <8 x float> {prev_acc})",
+        f"  %bs{t} = call float @llvm.fma.f32(float %b{n}_{h}, float %xs{r}_{h}, float {prev_b})",
+    ]
+
+
+def _group_scalars(NR: int, MR: int, offsets: tuple[str, ...]) -> list[str]:
+    """Scales and biases of each weight row, activation scales and sums of each input row, per group slot."""
+    L: list[str] = []
+    for h, gb in enumerate(offsets):
+        for n in range(NR):
+            L += _load(f"%s{n}_{h}", f"%sr{n}", gb, "float") + _load(f"%b{n}_{h}", f"%br{n}", gb, "float")
+        for r in range(MR):
+            L += _load(f"%sx{r}_{h}", f"%ar{r}", gb, "float") + _load(f"%xs{r}_{h}", f"%as{r}", gb, "float")
+    return L
+
+
+def _q4_body(NR: int, MR: int) -> tuple[list[str], int]:
+    """One pair of groups: 64 planar code bytes per weight row (two 32-byte chunks, each a low and a high nibble
+    plane), 128 activation bytes per input row; ``vpmaddubsw`` then ``vpmaddwd`` by ones."""
+    L = ["  %cb = mul i64 %c, 64", "  %g0 = mul i64 %c, 2", "  %g0b = mul i64 %g0, 4", "  %g1b = add i64 %g0b, 4"]
+    for n in range(NR):
+        L.append(f"  %wc{n} = add i64 %wr{n}, %cb")
+        for j in range(2):
+            L += _load(f"%cq{n}_{j}", f"%wc{n}", 32 * j, "<32 x i8>")
+            L += [
+                f"  %lo{n}_{j} = and <32 x i8> %cq{n}_{j}, splat (i8 15)",
+                f"  %hi{n}_{j} = lshr <32 x i8> %cq{n}_{j}, splat (i8 4)",
+            ]
+    for r in range(MR):
+        L += [f"  %xc{r} = mul i64 %c, 128", f"  %xb{r} = add i64 %xr{r}, %xc{r}", f"  %as{r} = add i64 %ar{r}, %ng4"]
+        for j in range(4):
+            L += _load(f"%x{r}_{j}", f"%xb{r}", 32 * j, "<32 x i8>")
+    L += _group_scalars(NR, MR, ("%g0b", "%g1b"))
+    for n in range(NR):
+        for r in range(MR):
+            prev_acc, prev_b = f"%acc{n}_{r}", f"%bs{n}_{r}"
+            for h, plane in enumerate(("lo", "hi")):
+                t = f"{n}_{r}_{h}"
+                for j in range(2):
+                    L.append(
+                        f"  %p{t}{j} = call <16 x i16> @llvm.x86.avx2.pmadd.ub.sw(<32 x i8> %{plane}{n}_{j}, "
+                        f"<32 x i8> %x{r}_{2 * h + j})"
+                    )
+                L += [
+                    f"  %p{t} = add <16 x i16> %p{t}0, %p{t}1",
+                    f"  %i{t} = call <8 x i32> @llvm.x86.avx2.pmadd.wd(<16 x i16> %p{t}, <16 x i16> splat (i16 1))",
+                    *_combine(n, r, h, f"%i{t}", prev_acc, prev_b),
+                ]
+                prev_acc, prev_b = f"%acc{t}", f"%bs{t}"
+    return L, 1
+
+
+def _q8_body(NR: int, MR: int) -> tuple[list[str], int]:
+    """One group: 64 code bytes per weight row widened to 16 bits (0..255), 64 activations sign-extended,
+    ``vpmaddwd`` (products up to 255 × 127 add exactly in 32 bits)."""
+    L = ["  %cb = mul i64 %c, 64", "  %g0b = mul i64 %c, 4"]
+    for n in range(NR):
+        L.append(f"  %wc{n} = add i64 %wr{n}, %cb")
+        for j in range(4):
+            L += _load(f"%cq{n}_{j}", f"%wc{n}", 16 * j, "<16 x i8>")
+            L.append(f"  %cw{n}_{j} = zext <16 x i8> %cq{n}_{j} to <16 x i16>")
+    for r in range(MR):
+        L += [f"  %xb{r} = add i64 %xr{r}, %cb", f"  %as{r} = add i64 %ar{r}, %ng4"]
+        for j in range(4):
+            L += _load(f"%x{r}_{j}", f"%xb{r}", 16 * j, "<16 x i8>")
+            L.append(f"  %xw{r}_{j} = sext <16 x i8> %x{r}_{j} to <16 x i16>")
+    L += _group_scalars(NR, MR, ("%g0b",))
+    for n in range(NR):
+        for r in range(MR):
+            t = f"{n}_{r}_0"
+            for j in range(4):
+                L.append(
+                    f"  %m{t}{j} = call <8 x i32> @llvm.x86.avx2.pmadd.wd(<16 x i16> %cw{n}_{j}, <16 x i16> %xw{r}_{j})"
+                )
+            L += [f"  %a{t} = add <8 x i32> %m{t}0, %m{t}1", f"  %b{t}x = add <8 x i32> %m{t}2, %m{t}3"]
+            L += [f"  %i{t} = add <8 x i32> %a{t}, %b{t}x", *_combine(n, r, 0, f"%i{t}", f"%acc{n}_{r}", f"%bs{n}_{r}")]
+    return L, 0
+
+
+def microkernel(NR: int, MR: int, bits: int = 4) -> str:
+    """``@q{bits}i_{NR}x{MR}`` with tiles.py's ABI: pw/sw codes (4-bit: planar), ps/pb/sg scales and biases,
+    px/sx int8 activations, pa/sa per-row [sx_g for every g, then Σx_g for every g] (float32); ``groups`` counts
+    loop iterations: pairs of groups (4-bit) or groups (8-bit)."""
+    pairs = [(n, r) for n in range(NR) for r in range(MR)]
+    body, last = _q4_body(NR, MR) if bits == 4 else _q8_body(NR, MR)
+    sums = "mul i64 %groups, 8" if bits == 4 else "mul i64 %groups, 4"  # byte offset of the Σx_g in a side row
+    L = [*_entry(NR, MR, sums), "loop:", "  %c = phi i64 [0, %entry], [%cn, %loop]"]
+    for n, r in pairs:
+        L.append(f"  %acc{n}_{r} = phi <8 x float> [zeroinitializer, %entry], [%acc{n}_{r}_{last}, %loop]")
+        L.append(f"  %bs{n}_{r} = phi float [0.0, %entry], [%bs{n}_{r}_{last}, %loop]")
+    L += body
+    L += ["  %cn = add i64 %c, 1", "  %cd = icmp sge i64 %cn, %groups", "  br i1 %cd, label %exit, label %loop"]
+    L.append("exit:")
+    for n, r in pairs:
+        e, a = f"{n}_{r}", f"%acc{n}_{r}_{last}"
+        L += [
+            f"  %l{e} = shufflevector <8 x float> {a}, <8 x float> poison, <4 x i32> <i32 0, i32 1, i32 2, i32 3>",
+            f"  %h{e} = shufflevector <8 x float> {a}, <8 x float> poison, <4 x i32> <i32 4, i32 5, i32 6, i32 7>",
+            f"  %q{e} = fadd <4 x float> %l{e}, %h{e}",
+            f"  %ql{e} = shufflevector <4 x float> %q{e}, <4 x float> poison, <2 x i32> <i32 0, i32 1>",
+            f"  %qh{e} = shufflevector <4 x float> %q{e}, <4 x float> poison, <2 x i32> <i32 2, i32 3>",
+            f"  %d{e} = fadd <2 x float> %ql{e}, %qh{e}",
+            f"  %e0{e} = extractelement <2 x float> %d{e}, i32 0",
+            f"  %e1{e} = extractelement <2 x float> %d{e}, i32 1",
+            f"  %v{e} = fadd float %e0{e}, %e1{e}",
+            f"  %y{e} = fadd float %v{e}, %bs{e}_{last}",
+            f"  %or{e}.m = mul i64 %so, {r}",
+            f"  %or{e} = add i64 %po, %or{e}.m",
+            f"  %oa{e} = add i64 %or{e}, {n * 4}",
+            f"  %op{e} = inttoptr i64 %oa{e} to ptr",
+            f"  store float %y{e}, ptr %op{e}, align 4",
+        ]
+    L.append("  ret void")
+    from .tiles import ABI
+
+    return f"define void @q{bits}i_{NR}x{MR}({ABI}) {{\n" + "\n".join(L) + "\n}\n"
+
+
+DECLARATIONS = """declare <16 x i16> @llvm.x86.avx2.pmadd.ub.sw(<32 x i8>, <32 x i8>)
+declare <8 x i32> @llvm.x86.avx2.pmadd.wd(<16 x i16>, <16 x i16>)
+declare float @llvm.fma.f32(float, float, float)
+declare <8 x float> @llvm.fma.v8f32(<8 x float>, <8 x float>, <8 x float>)
+"""
