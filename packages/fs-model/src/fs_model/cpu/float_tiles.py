@@ -4,7 +4,9 @@ Each function computes an NR×MR block of outputs with tiles.py's ABI; the per-e
 docstring) is the same for every NR and MR, which is what makes the tiles batch invariant.
 """
 
-DECLARATIONS = "declare <8 x float> @llvm.fma.v8f32(<8 x float>, <8 x float>, <8 x float>)\n"
+DECLARATIONS = """declare <8 x float> @llvm.fma.v8f32(<8 x float>, <8 x float>, <8 x float>)
+declare float @llvm.fma.f32(float, float, float)
+"""
 
 
 def _splat(name: str, scalar: str) -> list[str]:
@@ -19,32 +21,9 @@ def _row(base: str, stride: str, n: int, name: str) -> list[str]:
     return [f"  %{name}m = mul i64 {stride}, {n}", f"  %{name} = add i64 {base}, %{name}m"]
 
 
-def _group_constants(kind: str, NR: int) -> list[str]:
-    """Per weight row: scale and bias splats of group %g (8-bit) or of groups 2%g and 2%g+1 (planar 4-bit)."""
-    lines: list[str] = []
-    for n in range(NR):
-        lines += _row("%ps", "%sg", n, f"srow{n}") + _row("%pb", "%sg", n, f"brow{n}")
-        for h in range(2 if kind == "q4" else 1):
-            gi = "%g" if kind == "q8" else f"%gq{n}_{h}"
-            if kind == "q4":
-                lines.append(f"  %gq{n}_{h} = add i64 %g2, {h}")
-            lines += [
-                f"  %ga{n}_{h} = mul i64 {gi}, 4",
-                f"  %sa{n}_{h} = add i64 %srow{n}, %ga{n}_{h}",
-                f"  %ba{n}_{h} = add i64 %brow{n}, %ga{n}_{h}",
-                f"  %sp{n}_{h} = inttoptr i64 %sa{n}_{h} to ptr",
-                f"  %bp{n}_{h} = inttoptr i64 %ba{n}_{h} to ptr",
-                f"  %s{n}_{h} = load float, ptr %sp{n}_{h}, align 4",
-                f"  %b{n}_{h} = load float, ptr %bp{n}_{h}, align 4",
-                *_splat(f"%ss{n}_{h}", f"%s{n}_{h}"),
-                *_splat(f"%bs{n}_{h}", f"%b{n}_{h}"),
-            ]
-    return lines
-
-
 def _weights(kind: str, n: int) -> list[str]:
-    """Weight row n's converted 8-wide chunk(s) %w{n}_{h} at chunk %t (bf16 and 8-bit: one; planar 4-bit: the
-    low-nibble chunk and the high-nibble chunk of the same 8 code bytes)."""
+    """Weight row n's 8-wide chunk(s) %w{n}_{h} at chunk %t as floats: widened bf16 bits, or the codes themselves
+    (8-bit: one chunk; planar 4-bit: the low-nibble then the high-nibble chunk of the same 8 code bytes)."""
     width = 16 if kind == "bf16" else 8  # bytes per chunk of codes
     lines = [
         *_row("%pw", "%sw", n, f"wrow{n}"),
@@ -65,33 +44,44 @@ def _weights(kind: str, n: int) -> list[str]:
     if kind == "q4":
         lines += [f"  %lo{n} = and <8 x i8> %wb{n}, splat (i8 15)", f"  %hi{n} = lshr <8 x i8> %wb{n}, splat (i8 4)"]
         planes = [f"%lo{n}", f"%hi{n}"]
-    for h, codes in enumerate(planes):
-        lines += [
-            f"  %cf{n}_{h} = uitofp <8 x i8> {codes} to <8 x float>",
-            f"  %w{n}_{h} = call <8 x float> @llvm.fma.v8f32(<8 x float> %cf{n}_{h}, <8 x float> %ss{n}_{h}, "
-            f"<8 x float> %bs{n}_{h})",
-        ]
-    return lines
+    return lines + [f"  %w{n}_{h} = uitofp <8 x i8> {c} to <8 x float>" for h, c in enumerate(planes)]
+
+
+def _load_float(name: str, base: str, index: str) -> list[str]:
+    """%name = the float at base + 4·index."""
+    return [
+        f"  {name}.o = mul i64 {index}, 4",
+        f"  {name}.a = add i64 {base}, {name}.o",
+        f"  {name}.p = inttoptr i64 {name}.a to ptr",
+        f"  {name} = load float, ptr {name}.p, align 4",
+    ]
 
 
 def microkernel(kind: str, NR: int, MR: int, G: int) -> str:
-    """``@{kind}_{NR}x{MR}(pw, sw, ps, pb, sg, px, sx, pa, sa, po, so, groups, per_group)`` (ABI), an NR×MR block
-    of outputs (``pa``/``sa``: per-row side data, unused by the float tiles).
+    """``@{kind}_{NR}x{MR}`` with tiles.py's ABI: an NR×MR block of outputs.
 
-    Two loops: groups (scale/bias splats made once each), then the ``per_group`` 8-wide chunks inside a group
-    (bf16: one "group" of every chunk). The accumulators run through both, so each element is one chain."""
+    Two loops: groups, then the ``per_group`` 8-wide chunks inside a group (bf16: one "group" of every chunk).
+    bf16: one accumulator per element runs through both. Affine codes: a group accumulator ``q·x`` per element
+    (and per nibble plane), folded in at the group's end as ``acc = fma(gacc, scale, acc)``, with the bias term
+    ``bsum = fma(bias, Σx_g, bsum)`` from the per-row group sums in ``pa`` (float32 [m, groups·planes]); the
+    output is ``hsum(acc) + bsum``."""
     pairs = [(n, r) for n in range(NR) for r in range(MR)]
+    affine = kind != "bf16"
     halves = 2 if kind == "q4" else 1
     entry = ["entry:", "  br label %outer"]
     outer = ["outer:", "  %g = phi i64 [0, %entry], [%gn, %latch]"]
-    outer += [f"  %oacc{n}_{r} = phi <8 x float> [zeroinitializer, %entry], [%nacc{n}_{r}, %latch]" for n, r in pairs]
-    if kind == "q4":
-        outer.append("  %g2 = mul i64 %g, 2")
-    if kind != "bf16":
-        outer += _group_constants(kind, NR)
+    for n, r in pairs:
+        outer.append(f"  %oacc{n}_{r} = phi <8 x float> [zeroinitializer, %entry], [%lacc{n}_{r}, %latch]")
+        if affine:
+            outer.append(f"  %obs{n}_{r} = phi float [0.0, %entry], [%lbs{n}_{r}, %latch]")
     outer.append("  br label %inner")
     inner = ["inner:", "  %j = phi i64 [0, %outer], [%jn, %inner]"]
-    inner += [f"  %acc{n}_{r} = phi <8 x float> [%oacc{n}_{r}, %outer], [%nacc{n}_{r}, %inner]" for n, r in pairs]
+    acc = {}  # (n, r, h) -> the accumulator this chunk's products go into
+    for n, r in pairs:
+        for h in range(halves):
+            start = f"%oacc{n}_{r}" if not affine else "zeroinitializer"
+            inner.append(f"  %acc{n}_{r}_{h} = phi <8 x float> [{start}, %outer], [%nacc{n}_{r}_{h}, %inner]")
+            acc[n, r, h] = f"%acc{n}_{r}_{h}"
     inner += ["  %tg = mul i64 %g, %per_group", "  %t = add i64 %tg, %j"]
     if kind == "q4":  # x offsets (floats): chunk t's low plane starts at 2G·g + 8j, its high plane G later
         inner += [f"  %xg = mul i64 %g, {2 * G}", "  %xj = mul i64 %j, 8", "  %xo_0 = add i64 %xg, %xj"]
@@ -110,28 +100,46 @@ def microkernel(kind: str, NR: int, MR: int, G: int) -> str:
                 f"  %x{r}_{h} = load <8 x float>, ptr %xp{r}_{h}, align 4",
             ]
     for n, r in pairs:
-        prev = f"%acc{n}_{r}"
         for h in range(halves):
-            cur = f"%nacc{n}_{r}" if h == halves - 1 else f"%pacc{n}_{r}_{h}"
             inner.append(
-                f"  {cur} = call <8 x float> @llvm.fma.v8f32(<8 x float> %w{n}_{h}, <8 x float> %x{r}_{h}, "
-                f"<8 x float> {prev})"
+                f"  %nacc{n}_{r}_{h} = call <8 x float> @llvm.fma.v8f32(<8 x float> %w{n}_{h}, "
+                f"<8 x float> %x{r}_{h}, <8 x float> {acc[n, r, h]})"
             )
-            prev = cur
-    inner += [
-        "  %jn = add i64 %j, 1",
-        "  %jd = icmp sge i64 %jn, %per_group",
-        "  br i1 %jd, label %latch, label %inner",
-    ]
-    latch = [
-        "latch:",
-        "  %gn = add i64 %g, 1",
-        "  %gd = icmp sge i64 %gn, %groups",
-        "  br i1 %gd, label %exit, label %outer",
-    ]
+    inner += ["  %jn = add i64 %j, 1", "  %jd = icmp sge i64 %jn, %per_group"]
+    inner.append("  br i1 %jd, label %latch, label %inner")
+    latch = ["latch:"]
+    if not affine:
+        latch += [f"  %lacc{n}_{r} = bitcast <8 x float> %nacc{n}_{r}_0 to <8 x float>" for n, r in pairs]
+    else:
+        gidx = ["%g"] if kind == "q8" else ["%g2", "%g21"]
+        if kind == "q4":
+            latch += ["  %g2 = mul i64 %g, 2", "  %g21 = add i64 %g2, 1"]
+        for n in range(NR):
+            latch += _row("%ps", "%sg", n, f"srow{n}") + _row("%pb", "%sg", n, f"brow{n}")
+            for h in range(halves):
+                latch += _load_float(f"%s{n}_{h}", f"%srow{n}", gidx[h])
+                latch += _load_float(f"%b{n}_{h}", f"%brow{n}", gidx[h])
+                latch += _splat(f"%ss{n}_{h}", f"%s{n}_{h}")
+        for r in range(MR):
+            latch += _row("%pa", "%sa", r, f"arow{r}")
+            for h in range(halves):
+                latch += _load_float(f"%xs{r}_{h}", f"%arow{r}", gidx[h])
+        for n, r in pairs:
+            prev_acc, prev_b = f"%oacc{n}_{r}", f"%obs{n}_{r}"
+            for h in range(halves):
+                last = h == halves - 1
+                cur_acc = f"%lacc{n}_{r}" if last else f"%macc{n}_{r}_{h}"
+                cur_b = f"%lbs{n}_{r}" if last else f"%mbs{n}_{r}_{h}"
+                latch += [
+                    f"  {cur_acc} = call <8 x float> @llvm.fma.v8f32(<8 x float> %nacc{n}_{r}_{h}, "
+                    f"<8 x float> %ss{n}_{h}, <8 x float> {prev_acc})",
+                    f"  {cur_b} = call float @llvm.fma.f32(float %b{n}_{h}, float %xs{r}_{h}, float {prev_b})",
+                ]
+                prev_acc, prev_b = cur_acc, cur_b
+    latch += ["  %gn = add i64 %g, 1", "  %gd = icmp sge i64 %gn, %groups", "  br i1 %gd, label %exit, label %outer"]
     tail = ["exit:"]
     for n, r in pairs:
-        a, e = f"%nacc{n}_{r}", f"{n}_{r}"
+        a, e = f"%lacc{n}_{r}", f"{n}_{r}"
         tail += [
             f"  %l{e} = shufflevector <8 x float> {a}, <8 x float> poison, <4 x i32> <i32 0, i32 1, i32 2, i32 3>",
             f"  %h{e} = shufflevector <8 x float> {a}, <8 x float> poison, <4 x i32> <i32 4, i32 5, i32 6, i32 7>",
@@ -142,10 +150,14 @@ def microkernel(kind: str, NR: int, MR: int, G: int) -> str:
             f"  %e0{e} = extractelement <2 x float> %d{e}, i32 0",
             f"  %e1{e} = extractelement <2 x float> %d{e}, i32 1",
             f"  %y{e} = fadd float %e0{e}, %e1{e}",
+        ]
+        if affine:
+            tail.append(f"  %z{e} = fadd float %y{e}, %lbs{e}")
+        tail += [
             *_row("%po", "%so", r, f"or{e}"),
             f"  %oa{e} = add i64 %or{e}, {n * 4}",
             f"  %op{e} = inttoptr i64 %oa{e} to ptr",
-            f"  store float %y{e}, ptr %op{e}, align 4",
+            f"  store float {f'%z{e}' if affine else f'%y{e}'}, ptr %op{e}, align 4",
         ]
     tail.append("  ret void")
     from .tiles import ABI

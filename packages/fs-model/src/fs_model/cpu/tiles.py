@@ -93,6 +93,16 @@ if HAVE_NUMBA:
         return types.void(address, args), codegen
 
     @njit(cache=True)
+    def _group_sums(X, G, out):  # pragma: no cover - compiled
+        """out[r, g] = Σ X[r, gG : (g+1)G], left to right (no fastmath: the same bits for a row in any call)."""
+        for r in range(X.shape[0]):
+            for g in range(out.shape[1]):
+                s = np.float32(0.0)
+                for j in range(g * G, (g + 1) * G):
+                    s += X[r, j]
+                out[r, g] = s
+
+    @njit(cache=True)
     def _panel(tile, edge, NR, lo, hi, pw, sw, ps, pb, sg, px, sx, pa, sa, po, so, G, P):  # pragma: no cover
         """One panel of input rows against weight rows lo..hi: NR-row tiles, then one-row edges."""
         i = lo
@@ -162,7 +172,7 @@ class Tiled:
             outer, inner = (k // (2 * G), G // 8) if kind in ("q4", "q4i") else (k // G, G // 8)
         fns = kernels(kind, G)
         assert fns is not None
-        self.n, self.k = codes.shape[0], k
+        self.n, self.k, self.G = codes.shape[0], k, G
         self.fns, self.NRs = fns, tuple(NR for NR, _ in TILES[kind])
         self.weights = (codes.ctypes.data, codes.strides[0], ps, pb, sg)
         self.counts = (outer, inner)
@@ -173,11 +183,11 @@ class Tiled:
             X = np.ascontiguousarray(X, dtype=np.float32)
         m = X.shape[0]
         side = _NO_SIDE
-        if self.kind in (
-            "q4i",
-            "q8i",
-        ):  # int8 activations per group, and [scales | sums] per row (integer_tiles.py's contract)
+        if self.kind in ("q4i", "q8i"):  # int8 activations per group, [scales | sums] per row (integer_tiles.py)
             X, side = quantize_rows(X)
+        elif self.kind in ("q8", "q4"):  # each row's group sums, for the bias term (float_tiles.py)
+            side = np.empty((m, self.k // self.G), np.float32)
+            _group_sums(X, self.G, side)
         out = np.empty((m, self.n), np.float32)
         key = self.keys.get(m) or ("tiles", self.kind, (self.n, self.k), bucket(m))
         fan_out(key, _drive, self.fns, self.NRs, *self.weights, X, side, out, self.n, *self.counts)
