@@ -4,6 +4,8 @@ Each function computes an NR×MR block of outputs with tiles.py's ABI; the per-e
 docstring) is the same for every NR and MR, which is what makes the tiles batch invariant.
 """
 
+import re
+
 DECLARATIONS = """declare <8 x float> @llvm.fma.v8f32(<8 x float>, <8 x float>, <8 x float>)
 declare float @llvm.fma.f32(float, float, float)
 """
@@ -55,6 +57,31 @@ def _load_float(name: str, base: str, index: str) -> list[str]:
         f"  {name}.p = inttoptr i64 {name}.a to ptr",
         f"  {name} = load float, ptr {name}.p, align 4",
     ]
+
+
+def _unrolled(outer: list[str], inner: list[str], latch: list[str], chunks: int) -> tuple[list[str], ...]:
+    """The inner loop's body repeated ``chunks`` times inside the group loop: %j becomes the constant, every name
+    the body defines gets a ``.u{j}`` suffix, the accumulator phis become the previous copy's results (zero first)."""
+    phis = {ln.split(" = ")[0].strip(): ln for ln in inner if " = phi " in ln and "%acc" in ln}
+    body = [ln for ln in inner[1:] if " = phi " not in ln and not ln.strip().startswith(("br ", "%jn", "%jd"))]
+    defined = {ln.split(" = ")[0].strip() for ln in body if " = " in ln}
+    token = re.compile(r"%[\w.]+")
+    out: list[str] = []
+    for j in range(chunks):
+
+        def rename(m: re.Match[str], j: int = j) -> str:
+            name = m.group(0)
+            if name == "%j":
+                return str(j)
+            if name in phis:  # this chunk's accumulator: the previous chunk's result, or zero
+                return "zeroinitializer" if j == 0 else "%n" + name[1:] + f".u{j - 1}"
+            return f"{name}.u{j}" if name in defined else name
+
+        out += [token.sub(rename, ln) for ln in body]
+    last = {"%n" + name[1:]: "%n" + name[1:] + f".u{chunks - 1}" for name in phis}
+    fold = [token.sub(lambda m: last.get(m.group(0), m.group(0)), ln) for ln in latch[1:]]
+    head = [ln.replace("%latch", "%outer") for ln in outer if not ln.strip().startswith("br ")]
+    return head, out, fold
 
 
 def microkernel(kind: str, NR: int, MR: int, G: int) -> str:
@@ -137,6 +164,8 @@ def microkernel(kind: str, NR: int, MR: int, G: int) -> str:
                 ]
                 prev_acc, prev_b = cur_acc, cur_b
     latch += ["  %gn = add i64 %g, 1", "  %gd = icmp sge i64 %gn, %groups", "  br i1 %gd, label %exit, label %outer"]
+    if affine:  # a group's G/8 chunks unrolled into the group loop (an 8-trip inner loop cost 35 % from memory)
+        outer, inner, latch = _unrolled(outer, inner, latch, G // 8)
     tail = ["exit:"]
     for n, r in pairs:
         a, e = f"%lacc{n}_{r}", f"{n}_{r}"
