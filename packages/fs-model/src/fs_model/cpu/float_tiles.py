@@ -23,6 +23,34 @@ def _row(base: str, stride: str, n: int, name: str) -> list[str]:
     return [f"  %{name}m = mul i64 {stride}, {n}", f"  %{name} = add i64 {base}, %{name}m"]
 
 
+def store(acc: str, bsum: str | None, n: int, r: int) -> list[str]:
+    """Output element (n, r) = hsum(acc) [+ bsum], stored at po + r·so + 4n. The sum's tree is part of every tile's
+    contract (tiles.py): lanes (0..3)+(4..7), then (0,1)+(2,3), then the two."""
+    e = f"{n}_{r}"
+    lines = [
+        f"  %l{e} = shufflevector <8 x float> {acc}, <8 x float> poison, <4 x i32> <i32 0, i32 1, i32 2, i32 3>",
+        f"  %h{e} = shufflevector <8 x float> {acc}, <8 x float> poison, <4 x i32> <i32 4, i32 5, i32 6, i32 7>",
+        f"  %q{e} = fadd <4 x float> %l{e}, %h{e}",
+        f"  %ql{e} = shufflevector <4 x float> %q{e}, <4 x float> poison, <2 x i32> <i32 0, i32 1>",
+        f"  %qh{e} = shufflevector <4 x float> %q{e}, <4 x float> poison, <2 x i32> <i32 2, i32 3>",
+        f"  %d{e} = fadd <2 x float> %ql{e}, %qh{e}",
+        f"  %e0{e} = extractelement <2 x float> %d{e}, i32 0",
+        f"  %e1{e} = extractelement <2 x float> %d{e}, i32 1",
+        f"  %y{e} = fadd float %e0{e}, %e1{e}",
+    ]
+    out = f"%y{e}"
+    if bsum is not None:
+        lines.append(f"  %z{e} = fadd float %y{e}, {bsum}")
+        out = f"%z{e}"
+    return [
+        *lines,
+        *_row("%po", "%so", r, f"or{e}"),
+        f"  %oa{e} = add i64 %or{e}, {n * 4}",
+        f"  %op{e} = inttoptr i64 %oa{e} to ptr",
+        f"  store float {out}, ptr %op{e}, align 4",
+    ]
+
+
 def _weights(kind: str, n: int) -> list[str]:
     """Weight row n's 8-wide chunk(s) %w{n}_{h} at chunk %t as floats: widened bf16 bits, or the codes themselves
     (8-bit: one chunk; planar 4-bit: the low-nibble then the high-nibble chunk of the same 8 code bytes)."""
@@ -168,26 +196,7 @@ def microkernel(kind: str, NR: int, MR: int, G: int) -> str:
         outer, inner, latch = _unrolled(outer, inner, latch, G // 8)
     tail = ["exit:"]
     for n, r in pairs:
-        a, e = f"%lacc{n}_{r}", f"{n}_{r}"
-        tail += [
-            f"  %l{e} = shufflevector <8 x float> {a}, <8 x float> poison, <4 x i32> <i32 0, i32 1, i32 2, i32 3>",
-            f"  %h{e} = shufflevector <8 x float> {a}, <8 x float> poison, <4 x i32> <i32 4, i32 5, i32 6, i32 7>",
-            f"  %q{e} = fadd <4 x float> %l{e}, %h{e}",
-            f"  %ql{e} = shufflevector <4 x float> %q{e}, <4 x float> poison, <2 x i32> <i32 0, i32 1>",
-            f"  %qh{e} = shufflevector <4 x float> %q{e}, <4 x float> poison, <2 x i32> <i32 2, i32 3>",
-            f"  %d{e} = fadd <2 x float> %ql{e}, %qh{e}",
-            f"  %e0{e} = extractelement <2 x float> %d{e}, i32 0",
-            f"  %e1{e} = extractelement <2 x float> %d{e}, i32 1",
-            f"  %y{e} = fadd float %e0{e}, %e1{e}",
-        ]
-        if affine:
-            tail.append(f"  %z{e} = fadd float %y{e}, %lbs{e}")
-        tail += [
-            *_row("%po", "%so", r, f"or{e}"),
-            f"  %oa{e} = add i64 %or{e}, {n * 4}",
-            f"  %op{e} = inttoptr i64 %oa{e} to ptr",
-            f"  store float {f'%z{e}' if affine else f'%y{e}'}, ptr %op{e}, align 4",
-        ]
+        tail += store(f"%lacc{n}_{r}", f"%lbs{n}_{r}" if affine else None, n, r)
     tail.append("  ret void")
     from .tiles import ABI
 

@@ -25,6 +25,7 @@ products of at most 15 × 127.
 import numpy as np
 
 from . import HAVE_NUMBA
+from .float_tiles import store
 
 GROUP = 64  # weights per group, = activation quantization group (two 32-byte chunks per group)
 
@@ -191,24 +192,7 @@ def microkernel(NR: int, MR: int, bits: int = 4) -> str:
     L += ["  %cn = add i64 %c, 1", "  %cd = icmp sge i64 %cn, %groups", "  br i1 %cd, label %exit, label %loop"]
     L.append("exit:")
     for n, r in pairs:
-        e, a = f"{n}_{r}", f"%acc{n}_{r}_{last}"
-        L += [
-            f"  %l{e} = shufflevector <8 x float> {a}, <8 x float> poison, <4 x i32> <i32 0, i32 1, i32 2, i32 3>",
-            f"  %h{e} = shufflevector <8 x float> {a}, <8 x float> poison, <4 x i32> <i32 4, i32 5, i32 6, i32 7>",
-            f"  %q{e} = fadd <4 x float> %l{e}, %h{e}",
-            f"  %ql{e} = shufflevector <4 x float> %q{e}, <4 x float> poison, <2 x i32> <i32 0, i32 1>",
-            f"  %qh{e} = shufflevector <4 x float> %q{e}, <4 x float> poison, <2 x i32> <i32 2, i32 3>",
-            f"  %d{e} = fadd <2 x float> %ql{e}, %qh{e}",
-            f"  %e0{e} = extractelement <2 x float> %d{e}, i32 0",
-            f"  %e1{e} = extractelement <2 x float> %d{e}, i32 1",
-            f"  %v{e} = fadd float %e0{e}, %e1{e}",
-            f"  %y{e} = fadd float %v{e}, %bs{e}_{last}",
-            f"  %or{e}.m = mul i64 %so, {r}",
-            f"  %or{e} = add i64 %po, %or{e}.m",
-            f"  %oa{e} = add i64 %or{e}, {n * 4}",
-            f"  %op{e} = inttoptr i64 %oa{e} to ptr",
-            f"  store float %y{e}, ptr %op{e}, align 4",
-        ]
+        L += store(f"%acc{n}_{r}_{last}", f"%bs{n}_{r}_{last}", n, r)
     L.append("  ret void")
     from .tiles import ABI
 
