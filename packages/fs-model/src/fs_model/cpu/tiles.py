@@ -8,17 +8,18 @@ for ``NR`` weight rows.
 
 Invariance is kept by construction, in LLVM IR where the arithmetic is explicit (no reassociation flags):
 
-    out[r, i] = hsum(acc),  acc = fma(w[i, c], x[r, c], acc) over the 8-wide chunks c in increasing order,
-    acc starting at 0; hsum adds lanes (0..3)+(4..7), then (0,1)+(2,3), then the two; w[i, c] is widen(bf16)
-    for bf16 and fma(code, scale, bias) per group for the affine codes (4-bit: each 8 code bytes give a low-nibble
-    chunk then a high-nibble chunk).
+    bf16:   out[r, i] = hsum(acc),         acc ← fma(widen(w[i, c]), x[r, c], acc) over 8-wide chunks c = 0, 1, …
+    affine: out[r, i] = hsum(acc) + bsum,  per group g: gacc ← fma(code[i, c], x[r, c], gacc) over its chunks from
+            0, then acc ← fma(gacc, scale[i, g], acc) and bsum ← fma(bias[i, g], Σx[r, g], bsum) (4-bit: the low
+            then the high nibble plane of each pair of groups); 4-bit with int8 activations: integer_tiles.py
+    hsum adds lanes (0..3)+(4..7), then (0,1)+(2,3), then the two; every chain starts at 0.
 
 Every tile shape (NR×MR, NR×1, 1×MR, 1×1) computes each element by exactly that chain, so the number of rows in a
 call, a row's place in it and the other rows cannot move a bit. The bits differ from the row kernels' (another
 order), so one host uses one of the two for every call: tiled where ``applies`` (this CPU has AVX2+FMA, the shape
 tiles), else the row kernels.
 
-    matmul(kind, w, X) -> [m, n] float32    # kind "bf16": w uint16 [n, k]; "q8"/"q4": an AffineWeight
+    Tiled(kind, w)(X) -> [m, n] float32    # kind "bf16": w uint16 [n, k]; "q8"/"q4"/"q4i"/"q8i": an AffineWeight
 """
 
 import ctypes
