@@ -114,3 +114,17 @@ def test_prefill_chunks_the_stored_weights(monkeypatch, bits):
     assert rel_err(AffineLinear(q)(x), x.astype(np.float64) @ q.dequantize().T) < 1e-5
     b = f32_to_bf16(w)
     assert rel_err(Bf16Linear(b)(x), x.astype(np.float64) @ bf16_to_f32(b).T) < 1e-5
+
+
+def test_kv_rounding_to_bf16_gives_the_reference_bits():
+    """The compiled K/V rounding is fs_weights.f32_to_bf16 bit for bit: ties to even, NaN, infinities, subnormals,
+    and a strided [B, heads, S, D] view like the one attention hands it."""
+    rng = np.random.default_rng(0)
+    u = rng.integers(0, 2**32, 200_000, dtype=np.uint64).astype(np.uint32)
+    special = np.array([0x7F800000, 0xFF800000, 0x7FC00000, 0x7F800001, 0xFFFFFFFF, 0x00000001, 0x80000000,
+                        0x3F808000, 0x3F818000, 0x3F80FFFF, 0x7F7FFFFF], np.uint32)  # fmt: skip
+    x = np.concatenate([u, special]).view(np.float32)
+    assert np.array_equal(fused.to_bf16(x), f32_to_bf16(x))
+    k = rng.standard_normal((2, 5, 8, 16), dtype=np.float32).transpose(0, 2, 1, 3)  # not contiguous
+    got = fused.to_bf16(k)
+    assert got.shape == k.shape and got.flags.c_contiguous and np.array_equal(got, f32_to_bf16(k))

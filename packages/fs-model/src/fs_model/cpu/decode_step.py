@@ -20,8 +20,6 @@ from typing import Any
 
 import numpy as np
 
-from fs_weights import f32_to_bf16
-
 from ..numpy.attention import Attention
 from ..numpy.block import Block
 from ..numpy.linear import DenseLinear, Linear
@@ -52,7 +50,7 @@ class FusedAttention(Attention):
         q, k = q.transpose(0, 2, 1, 3), k.transpose(0, 2, 1, 3)  # [B, heads, S, D]
         v = self.wv(x).reshape(B, S, self.nkv, self.D).transpose(0, 2, 1, 3)
         if self.kv_bf16:
-            k, v = f32_to_bf16(k), f32_to_bf16(v)
+            k, v = fused.to_bf16(k), fused.to_bf16(v)
         if cache is None:
             K, V, T = k, v, S
         elif hasattr(cache, "update_and_fetch_buffers"):  # a dense cache: its buffers, read in place

@@ -47,6 +47,16 @@ if HAVE_NUMBA:
                     out[b, h, i] = x1 * cos[b, i] - x2 * sin[b, i]
                     out[b, h, i + half] = x1 * sin[b, i] + x2 * cos[b, i]
 
+    @njit(cache=True)
+    def _to_bf16(u, out):  # pragma: no cover - compiled
+        """fs_weights.f32_to_bf16 in one pass: round to nearest even, NaN -> 0x7FC0 (the same bits, tested)."""
+        for i in range(u.shape[0]):
+            v = u[i]
+            if (v & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000):
+                out[i] = np.uint16(0x7FC0)
+            else:
+                out[i] = np.uint16((v + ((v >> np.uint32(16)) & np.uint32(1)) + np.uint32(0x7FFF)) >> np.uint32(16))
+
     def _tile(rows, buf):  # pragma: no cover - replaced by the overload below inside compiled code
         return rows
 
@@ -121,6 +131,15 @@ if HAVE_NUMBA:
                         out[b, g * G + j, i, d] = o[j, d] / tot[j]
 
     _attend = njit(parallel=True, fastmath=True, cache=True)(_attend_impl)
+
+
+def to_bf16(x: np.ndarray) -> np.ndarray:
+    """float32 -> bf16 bits (uint16), x's shape, contiguous: the K/V a bf16 cache stores, one compiled pass instead
+    of fs_weights.f32_to_bf16's eight numpy ones (2.9 ms of a 0.6B decode step under the profiler)."""
+    flat = np.ascontiguousarray(x, dtype=np.float32)
+    out = np.empty(flat.shape, np.uint16)
+    _to_bf16(flat.reshape(-1).view(np.uint32), out.reshape(-1))
+    return out
 
 
 def rms_norm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
