@@ -1,6 +1,7 @@
-"""fs_kvcache: Dense, forkable, paged copy-on-write and radix prefix KV caches for numpy and MLX arrays."""
+"""fs_kvcache: Dense, forkable, paged copy-on-write, block-prefix and radix prefix KV caches for numpy and MLX."""
 
 from .arrays import is_mlx, to_numpy
+from .block_prefix import BlockPrefixCache
 from .dense import DenseKVCache
 from .errors import KVCacheError
 from .paged import BlockPool, PagedKVCache
@@ -10,6 +11,7 @@ from .radix import RadixPrefixCache
 __version__ = "0.1.0"
 __all__ = [
     "BlockPool",
+    "BlockPrefixCache",
     "DenseKVCache",
     "KVCacheError",
     "PagedKVCache",

@@ -67,6 +67,17 @@ class PagedKVCache:
         self.offset = 0
         self.released = False
 
+    @classmethod
+    def adopt(cls, pool: BlockPool, blocks: list[int]) -> "PagedKVCache":
+        """A sequence whose first ``len(blocks)`` full blocks are ``blocks`` (e.g. ``BlockPrefixCache.lookup``'s):
+        the caller's references on them become the sequence's; the next write starts a new block."""
+        for b in blocks:
+            if not 0 <= b < pool.num_blocks or pool.refs[b] < 1:
+                raise KVCacheError(f"block {b} is not a live block of this pool")
+        cache = cls(pool)
+        cache.table, cache.offset = list(blocks), len(blocks) * pool.block_size
+        return cache
+
     def _live(self) -> None:
         if self.released:
             raise KVCacheError("this paged cache was released; it cannot be used again")
