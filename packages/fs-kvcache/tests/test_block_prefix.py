@@ -125,3 +125,17 @@ def _shared_blocks(a, b):
     while (n + 1) * BS <= min(len(a), len(b)) and a[n * BS : (n + 1) * BS] == b[n * BS : (n + 1) * BS]:
         n += 1
     return n
+
+
+def test_a_sequence_on_a_full_pool_takes_cache_only_blocks_and_refuses_past_them():
+    pool = BlockPool(num_blocks=3, block_size=BS)
+    cache = BlockPrefixCache(pool, "m")
+    for t in (1, 2):
+        seq, _ = run(pool, cache, [t] * BS)
+        seq.release()
+    grow = PagedKVCache(pool, prefix=cache)
+    grow.update_and_fetch(*kv_for(range(3 * BS)))  # 1 free block + the 2 cache-only ones, evicted oldest first
+    assert sorted(grow.table) == [0, 1, 2] and cache.entries == 0
+    with pytest.raises(KVCacheError, match="1 more blocks needed, 0 free or evictable"):
+        grow.update_and_fetch(*kv_for([5]))
+    assert grow.offset == 3 * BS  # refused before writing anything

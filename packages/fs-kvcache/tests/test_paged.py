@@ -45,7 +45,7 @@ def test_budget_release_and_misuse():
     pool = BlockPool(num_blocks=2, block_size=2)
     c = PagedKVCache(pool)
     c.update_and_fetch(*kv([1, 2, 3, 4]))
-    with pytest.raises(KVCacheError, match="block pool exhausted: 1 more blocks needed, 0 free of 2"):
+    with pytest.raises(KVCacheError, match="block pool exhausted: 1 more blocks needed, 0 free or evictable of 2"):
         c.update_and_fetch(*kv([5]))
     c.release()
     with pytest.raises(KVCacheError, match="released"):

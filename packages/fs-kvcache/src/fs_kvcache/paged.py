@@ -61,20 +61,24 @@ class BlockPool:
 
 
 class PagedKVCache:
-    def __init__(self, pool: BlockPool):
+    """``prefix``: a ``BlockPrefixCache`` on the same pool; new blocks then come from its ``allocate``, which evicts
+    cache-only blocks when the pool is empty (and they count as available to the before-writing check)."""
+
+    def __init__(self, pool: BlockPool, prefix: Any = None):
         self.pool = pool
+        self.prefix = prefix
         self.table: list[int] = []
         self.offset = 0
         self.released = False
 
     @classmethod
-    def adopt(cls, pool: BlockPool, blocks: list[int]) -> "PagedKVCache":
+    def adopt(cls, pool: BlockPool, blocks: list[int], prefix: Any = None) -> "PagedKVCache":
         """A sequence whose first ``len(blocks)`` full blocks are ``blocks`` (e.g. ``BlockPrefixCache.lookup``'s):
         the caller's references on them become the sequence's; the next write starts a new block."""
         for b in blocks:
             if not 0 <= b < pool.num_blocks or pool.refs[b] < 1:
                 raise KVCacheError(f"block {b} is not a live block of this pool")
-        cache = cls(pool)
+        cache = cls(pool, prefix)
         cache.table, cache.offset = list(blocks), len(blocks) * pool.block_size
         return cache
 
@@ -106,20 +110,22 @@ class PagedKVCache:
         S = keys.shape[2]
         shared_tail = self.offset % bs != 0 and p.refs[self.table[self.offset // bs]] > 1
         needed = max(0, -(-(self.offset + S) // bs) - len(self.table)) + int(shared_tail)
-        if needed > p.free_blocks:  # refuse before touching anything
+        available = p.free_blocks + (self.prefix.cached_blocks if self.prefix is not None else 0)
+        if needed > available:  # refuse before touching anything
             raise KVCacheError(
-                f"block pool exhausted: {needed} more blocks needed, {p.free_blocks} free of "
+                f"block pool exhausted: {needed} more blocks needed, {available} free or evictable of "
                 f"{p.num_blocks} (raise num_blocks or release sequences)"
             )
+        allocate = self.prefix.allocate if self.prefix is not None else p.allocate
         pos = 0
         while pos < S:
             at = self.offset + pos
             row = at % bs
             if row == 0 and at // bs == len(self.table):
-                self.table.append(p.allocate())
+                self.table.append(allocate())
             blk = self.table[at // bs]
             if p.refs[blk] > 1:  # shared partial block: copy on write
-                new = p.allocate()
+                new = allocate()
                 p.k[new] = p.k[blk]
                 p.v[new] = p.v[blk]
                 p.decref(blk)
@@ -146,7 +152,7 @@ class PagedKVCache:
 
     def fork(self) -> "PagedKVCache":
         self._live()
-        child = PagedKVCache(self.pool)
+        child = PagedKVCache(self.pool, self.prefix)
         child.table, child.offset = list(self.table), self.offset
         for b in self.table:
             self.pool.incref(b)
