@@ -44,6 +44,8 @@ TILES = {
     "q8i": ((1, 4), (2, 2), (2, 1)),  # 8-bit codes with int8 activations (integer_tiles.py)
 }
 BLOCK = 16  # weight rows per parallel work item (a thread's share is whole blocks)
+if any(tuple(MR for _, MR in panels) != (4, 2, 1) for panels in TILES.values()):  # _drive's panel loop assumes it
+    raise AssertionError("every TILES entry lists its panels for 4, 2 and 1 input rows, in that order")
 
 
 # Every tile function's arguments (i64 addresses, strides in bytes, counts): weights, scales, biases and their row
