@@ -212,7 +212,8 @@ class AffineLinear(Linear):
         self.shape = w.shape
         k = w.shape[1]
         # decided once: the CPU, the switches and the shape do not change. Batch invariance (the default) runs one
-        # row kernel for every M, so a row's result never depends on how many rows share the call
+        # kernel for every M (the tiles where they apply, else the row kernel), so a row's result never depends on
+        # how many rows share the call
         self.invariant = SWITCHES.batch_invariant
         self.kind = "q8" if w.bits == 8 else "q4"
         integer = "q4i" if w.bits == 4 else "q8i" if SWITCHES.int8_activations_8bit else None

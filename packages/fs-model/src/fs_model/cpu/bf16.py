@@ -73,8 +73,9 @@ class Bf16Linear(Linear):
             raise ValueError(f"Bf16Linear needs a 2-D uint16 array of bf16 bits, got {w.dtype} {w.shape}")
         self.w = w
         self.shape = w.shape
-        # decided once: the CPU, the switches and the shape do not change. Batch invariance (the default) takes the
-        # row kernel for every M: each output element is one fixed dot-product loop, whatever else is in the call
+        # decided once: the CPU, the switches and the shape do not change. Batch invariance (the default) takes one
+        # kernel for every M - the tiles where they apply, else the row kernel: each output element is one fixed
+        # chain of arithmetic, whatever else is in the call
         self.invariant = SWITCHES.batch_invariant
         self.tiled = tiles.applies("bf16", w.shape[1]) and w.strides[1] == 2
         self.tiles = tiles.Tiled("bf16", w) if self.tiled else None
