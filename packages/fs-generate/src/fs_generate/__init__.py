@@ -1,9 +1,12 @@
-"""fs_generate: greedy and sampled generation, stop rules, streaming, KV-cached decode and the fs-generate CLI."""
+"""fs_generate: greedy and sampled generation, stop rules, streaming, KV-cached decode, the continuous-batching
+Engine and the fs-generate CLI."""
 
 import fs_weights as _fs_weights  # noqa: F401 - first: its interrupts guard precedes the heavy imports
 
+from .engine import Engine
 from .errors import GenerateError
 from .generate import Generation, GenerationStep, generate, generate_batch, stream_generate
+from .request import RequestHandle
 from .resolve import load, resolve_model_path
 from .sampling import SamplingParams
 from .step import generate_step, greedy, prefill
@@ -11,9 +14,11 @@ from .stopping import resolve_eos
 
 __version__ = "0.1.0"
 __all__ = [
+    "Engine",
     "GenerateError",
     "Generation",
     "GenerationStep",
+    "RequestHandle",
     "SamplingParams",
     "generate",
     "generate_batch",

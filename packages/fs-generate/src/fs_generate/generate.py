@@ -28,19 +28,21 @@ class GenerationStep:
     text: str  # the complete UTF-8 text this token made available (may be "")
     logprob: float
     finish_reason: str | None = None  # set on the last step: "eos" | "length" | "context" | "stop"
+    # (an Engine request's Generation may also end "cancelled"; no step carries that)
 
 
 @dataclass
 class Generation:
     token_ids: list[int]  # generated only; an EOS that ended generation is not included
     text: str
-    finish_reason: str  # "eos" | "length" | "context" | "stop"
+    finish_reason: str  # "eos" | "length" | "context" | "stop" (| "cancelled" from an Engine)
     prompt_ids: list[int] = field(default_factory=list)
     eos_token_id: int | None = None  # the EOS id that ended generation, reported separately
     logprobs: list[float] = field(default_factory=list)
     prompt_seconds: float = 0.0
     generation_seconds: float = 0.0
     forward_passes: int = 0
+    cached_tokens: int = 0  # prompt tokens whose K/V came from a prefix cache (Engine, or a radix cache here)
 
     @property
     def prompt_tps(self) -> float:
@@ -189,6 +191,7 @@ class Generator:
             return
         t0 = time.perf_counter()
         caches, self.reused = self._caches()
+        self.result.cached_tokens = self.reused
         fed = len(self.prompt) - self.reused
         tokens = generate_step(self.model, self.prompt[self.reused :], caches, self.sample, offset=self.reused)
         for i, (token, lp) in enumerate(tokens):

@@ -2,8 +2,10 @@
 
 from .arrays import is_mlx, to_numpy
 from .block_prefix import BlockPrefixCache
+from .block_table import BlockTable
 from .dense import DenseKVCache
 from .errors import KVCacheError
+from .kv_store import KVStore, PagedBatch, PagedLayer
 from .paged import BlockPool, PagedKVCache
 from .prompt_cache import identity_string, load_prompt_cache, save_prompt_cache
 from .radix import RadixPrefixCache
@@ -12,9 +14,13 @@ __version__ = "0.1.0"
 __all__ = [
     "BlockPool",
     "BlockPrefixCache",
+    "BlockTable",
     "DenseKVCache",
     "KVCacheError",
+    "KVStore",
+    "PagedBatch",
     "PagedKVCache",
+    "PagedLayer",
     "RadixPrefixCache",
     "identity_string",
     "is_mlx",

@@ -8,6 +8,7 @@ A block table maps the sequence's positions to pool blocks (position p lives in 
 from typing import Any
 
 from .arrays import evaluate, index, zeros
+from .block_table import BlockTable
 from .dense import _check_pair
 from .errors import KVCacheError
 
@@ -61,26 +62,35 @@ class BlockPool:
 
 
 class PagedKVCache:
-    """``prefix``: a ``BlockPrefixCache`` on the same pool; new blocks then come from its ``allocate``, which evicts
+    """One layer's cache over a ``BlockTable`` of ``pool``, the numbers in the pool's own (per-layer) storage.
+
+    ``prefix``: a ``BlockPrefixCache`` on the same pool; new blocks then come from its ``allocate``, which evicts
     cache-only blocks when the pool is empty (and they count as available to the before-writing check)."""
 
     def __init__(self, pool: BlockPool, prefix: Any = None):
         self.pool = pool
         self.prefix = prefix
-        self.table: list[int] = []
-        self.offset = 0
-        self.released = False
+        self._table = BlockTable(pool, prefix)
 
     @classmethod
     def adopt(cls, pool: BlockPool, blocks: list[int], prefix: Any = None) -> "PagedKVCache":
         """A sequence whose first ``len(blocks)`` full blocks are ``blocks`` (e.g. ``BlockPrefixCache.lookup``'s):
         the caller's references on them become the sequence's; the next write starts a new block."""
-        for b in blocks:
-            if not 0 <= b < pool.num_blocks or pool.refs[b] < 1:
-                raise KVCacheError(f"block {b} is not a live block of this pool")
         cache = cls(pool, prefix)
-        cache.table, cache.offset = list(blocks), len(blocks) * pool.block_size
+        cache._table = BlockTable(pool, prefix, blocks)
         return cache
+
+    @property
+    def table(self) -> list[int]:
+        return self._table.blocks
+
+    @property
+    def offset(self) -> int:
+        return self._table.length
+
+    @property
+    def released(self) -> bool:
+        return self._table.released
 
     def _live(self) -> None:
         if self.released:
@@ -100,6 +110,10 @@ class PagedKVCache:
         v = v.transpose(1, 0, 2, 3).reshape(1, H, n * p.block_size, D)[:, :, : self.offset]
         return k, v
 
+    def _copy(self, src: int, dst: int) -> None:
+        self.pool.k[dst] = self.pool.k[src]
+        self.pool.v[dst] = self.pool.v[src]
+
     def update_and_fetch(self, keys: Any, values: Any) -> tuple[Any, Any]:
         self._live()
         _check_pair(keys, values)
@@ -108,33 +122,16 @@ class PagedKVCache:
         p, bs = self.pool, self.pool.block_size
         p.storage_for(keys)
         S = keys.shape[2]
-        shared_tail = self.offset % bs != 0 and p.refs[self.table[self.offset // bs]] > 1
-        needed = max(0, -(-(self.offset + S) // bs) - len(self.table)) + int(shared_tail)
-        available = p.free_blocks + (self.prefix.cached_blocks if self.prefix is not None else 0)
-        if needed > available:  # refuse before touching anything
-            raise KVCacheError(
-                f"block pool exhausted: {needed} more blocks needed, {available} free or evictable of "
-                f"{p.num_blocks} (raise num_blocks or release sequences)"
-            )
-        allocate = self.prefix.allocate if self.prefix is not None else p.allocate
+        self._table.reserve(S, self._copy)
         pos = 0
         while pos < S:
             at = self.offset + pos
-            row = at % bs
-            if row == 0 and at // bs == len(self.table):
-                self.table.append(allocate())
-            blk = self.table[at // bs]
-            if p.refs[blk] > 1:  # shared partial block: copy on write
-                new = allocate()
-                p.k[new] = p.k[blk]
-                p.v[new] = p.v[blk]
-                p.decref(blk)
-                self.table[at // bs] = blk = new
+            row, blk = at % bs, self.table[at // bs]
             n = min(bs - row, S - pos)
             p.k[blk, :, row : row + n] = keys[0, :, pos : pos + n]
             p.v[blk, :, row : row + n] = values[0, :, pos : pos + n]
             pos += n
-        self.offset += S
+        self._table.advance(S)
         kv = self.key_values
         assert kv is not None
         return kv
@@ -143,27 +140,18 @@ class PagedKVCache:
         self._live()
         if type(n) is not int or n < 0 or n > self.offset:
             raise KVCacheError(f"cannot trim {n!r} positions from a cache holding {self.offset}")
-        self.offset -= n
-        keep = -(-self.offset // self.pool.block_size)
-        for b in self.table[keep:]:
-            self.pool.decref(b)
-        del self.table[keep:]
-        return n
+        return self._table.trim(n)
 
     def fork(self) -> "PagedKVCache":
         self._live()
         child = PagedKVCache(self.pool, self.prefix)
-        child.table, child.offset = list(self.table), self.offset
-        for b in self.table:
-            self.pool.incref(b)
+        child._table = self._table.fork()
         return child
 
     def release(self) -> None:
         """Return this sequence's blocks to the pool; exactly once."""
         self._live()
-        for b in self.table:
-            self.pool.decref(b)
-        self.table, self.offset, self.released = [], 0, True
+        self._table.release()
 
     def materialize(self) -> tuple[Any, Any] | None:
         kv = self.key_values

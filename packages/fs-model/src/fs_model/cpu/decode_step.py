@@ -20,6 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from fs_kvcache import PagedLayer
+
 from ..numpy.attention import Attention
 from ..numpy.block import Block
 from ..numpy.linear import DenseLinear, Linear
@@ -47,19 +49,32 @@ class FusedAttention(Attention):
             return super().__call__(x, tables, cache, pad)
         q = fused.norm_rope(self.wq(x).reshape(B, S, self.nh, self.D), self.q_norm, self.eps, *tables)
         k = fused.norm_rope(self.wk(x).reshape(B, S, self.nkv, self.D), self.k_norm, self.eps, *tables)
-        q, k = q.transpose(0, 2, 1, 3), k.transpose(0, 2, 1, 3)  # [B, heads, S, D]
-        v = self.wv(x).reshape(B, S, self.nkv, self.D).transpose(0, 2, 1, 3)
+        v = self.wv(x).reshape(B, S, self.nkv, self.D)
+        if isinstance(cache, PagedLayer):  # an engine step: B = 1, the N tokens of every sequence in a row
+            return self.wo(self._paged_fused(q[0], k[0], v[0], cache).reshape(B, S, self.nh * self.D))
+        q, k, v = q.transpose(0, 2, 1, 3), k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)  # [B, heads, S, D]
         if self.kv_bf16:
             k, v = fused.to_bf16(k), fused.to_bf16(v)
         if cache is None:
             K, V, T = k, v, S
         elif hasattr(cache, "update_and_fetch_buffers"):  # a dense cache: its buffers, read in place
             K, V, T = cache.update_and_fetch_buffers(k, v)
-        else:  # any other cache (paged: gathered from its blocks)
+        else:  # any other cache (a PagedKVCache: gathered from its blocks)
             K, V = cache.update_and_fetch(k, v)
             T = K.shape[2]
         out = fused.attend(q, K, V, T, self.scale, pad)  # [B, nh, S, D]
         return self.wo(out.transpose(0, 2, 1, 3).reshape(B, S, self.nh * self.D))
+
+    def _paged_fused(self, q: np.ndarray, k: np.ndarray, v: np.ndarray, cache: PagedLayer) -> np.ndarray:
+        """q [N, nh, D], k/v [N, nkv, D] -> [N, nh, D]: K/V into their slots, attention over the blocks in place."""
+        st, layer, bt = cache.store, cache.layer, cache.batch
+        k, v = k.transpose(1, 0, 2), v.transpose(1, 0, 2)  # [nkv, N, D]
+        if self.kv_bf16:
+            k, v = fused.to_bf16(k), fused.to_bf16(v)
+        st.write(layer, bt.slots, k, v)
+        rows = np.zeros(len(bt.context), np.int64)  # one pool: every sequence reads row 0
+        K, V = st.k[layer][None], st.v[layer][None]
+        return fused.attend_rows(q, K, V, rows, bt.tables, st.block_size, bt.starts, bt.context, self.scale)
 
 
 class FusedBlock(Block):

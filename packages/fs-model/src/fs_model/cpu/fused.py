@@ -76,49 +76,59 @@ if HAVE_NUMBA:
             return widened
         return lambda rows, buf: rows
 
-    def _attend_impl(q, K, V, T, scale, pad, out):  # pragma: no cover - compiled
-        """S queries per row at cache positions T-S .. T-1, each over the keys up to its own position: q/out
-        [B, nh, S, D], K/V [B, nkv, >=T, D] (float32, or bf16 bits widened a tile at a time); the G = nh/nkv query
-        heads of a kv head share each K and V row read. Keys before pad[b] are invisible (all invisible: a uniform
-        average, as the reference's finite mask gives).
+    def _attend_impl(q, K, V, rows, tables, bs, starts, context, pads, scale, out):  # pragma: no cover - compiled
+        """The queries of n sequences, one after another: q/out [N, nh, D], sequence i's at rows starts[i] ..
+        starts[i+1]-1, for positions context[i]-len .. context[i]-1, each over the keys up to its own position.
+        K/V [R, nkv, slots, D] (float32, or bf16 bits widened a tile at a time): sequence i reads K[rows[i]], its
+        position t at slot tables[i, t // bs] * bs + t % bs - a block pool read in place, or a dense cache
+        [B, nkv, capacity, D] with one block per row. The G = nh/nkv query heads of a kv head share each K and V
+        row read. Keys before pads[i] are invisible (all invisible: a uniform average, as the reference's finite
+        mask gives).
 
-        Each query's arithmetic is the same loop over its visible keys in increasing order, whatever S is, where
-        the call starts and how much padding its row has: a token attended in a prefill and the same token
-        attended alone in a decode step get the same bits (batch invariance)."""
-        B, nh, S, D = q.shape
+        Each query's arithmetic is the same loop over its visible keys in increasing order, whatever the batch,
+        the blocks, where the call starts and how much padding its row has: a token attended in a prefill, in an
+        engine step beside other sequences, or alone in a decode step gets the same bits (batch invariance)."""
+        nh, D = q.shape[1], q.shape[2]
         nkv = K.shape[1]
         G = nh // nkv
         TILE = 64
-        for bg in prange(B * nkv):
-            b, g = bg // nkv, bg % nkv
+        for ig in prange(context.shape[0] * nkv):
+            i, g = ig // nkv, ig % nkv
+            r, T, S = rows[i], context[i], starts[i + 1] - starts[i]
             s = np.empty((G, T), np.float32)
             m = np.empty(G, np.float32)
             buf = np.empty((TILE, D), np.float32)
             o = np.empty((G, D), np.float32)
             tot = np.empty(G, np.float32)
-            for i in range(S):
-                Ti = T - S + i + 1  # causal: this query sees keys 0 .. T-S+i
-                blind = pad[b] >= Ti  # every key masked: equal scores, so a uniform average
-                lo = 0 if blind else pad[b]
+            for qi in range(S):
+                Ti = T - S + qi + 1  # causal: this query sees keys 0 .. T-S+qi
+                blind = pads[i] >= Ti  # every key masked: equal scores, so a uniform average
+                lo = 0 if blind else pads[i]
+                qr = starts[i] + qi
                 m[:] = -np.inf
-                for t0 in range(lo, Ti, TILE):
-                    t1 = min(Ti, t0 + TILE)
-                    kt = _tile(K[b, g, t0:t1], buf)
+                t0 = lo
+                while t0 < Ti:  # tiles end at block ends: a tile is contiguous
+                    t1 = min(Ti, t0 + TILE, (t0 // bs + 1) * bs)
+                    at = tables[i, t0 // bs] * bs + t0 % bs
+                    kt = _tile(K[r, g, at : at + t1 - t0], buf)
                     for t in range(t1 - t0):
                         k = kt[t]
                         for j in range(G):
-                            qj = q[b, g * G + j, i]
+                            qj = q[qr, g * G + j]
                             acc = np.float32(0.0)
                             for d in range(D):
                                 acc += qj[d] * k[d]
                             acc = np.float32(0.0) if blind else acc * scale
                             s[j, t0 + t] = acc
                             m[j] = max(m[j], acc)
+                    t0 = t1
                 o[:] = 0.0
                 tot[:] = 0.0
-                for t0 in range(lo, Ti, TILE):
-                    t1 = min(Ti, t0 + TILE)
-                    vt = _tile(V[b, g, t0:t1], buf)
+                t0 = lo
+                while t0 < Ti:
+                    t1 = min(Ti, t0 + TILE, (t0 // bs + 1) * bs)
+                    at = tables[i, t0 // bs] * bs + t0 % bs
+                    vt = _tile(V[r, g, at : at + t1 - t0], buf)
                     for t in range(t1 - t0):
                         v = vt[t]
                         for j in range(G):
@@ -126,9 +136,10 @@ if HAVE_NUMBA:
                             tot[j] += p
                             for d in range(D):
                                 o[j, d] += p * v[d]
+                    t0 = t1
                 for j in range(G):
                     for d in range(D):
-                        out[b, g * G + j, i, d] = o[j, d] / tot[j]
+                        out[qr, g * G + j, d] = o[j, d] / tot[j]
 
     _attend = njit(parallel=True, fastmath=True, cache=True)(_attend_impl)
 
@@ -165,16 +176,43 @@ def norm_rope(x: np.ndarray, w: np.ndarray, eps: float, cos: np.ndarray, sin: np
     return out.reshape(x.shape)
 
 
+def attend_rows(
+    q: np.ndarray,
+    K: np.ndarray,
+    V: np.ndarray,
+    rows: np.ndarray,
+    tables: np.ndarray,
+    block_size: int,
+    starts: np.ndarray,
+    context: np.ndarray,
+    scale: np.float32,
+    pads: np.ndarray | None = None,
+) -> np.ndarray:
+    """Attention for the queries of n sequences packed one after another (q [N, nh, D] -> [N, nh, D]); the
+    arguments as ``_attend_impl`` names them. K and V are read in place: pass a pool's or a cache's own buffers."""
+    n = context.shape[0]
+    pads = np.zeros(n, np.int64) if pads is None else np.asarray(pads, np.int64).reshape(n)
+    q = np.ascontiguousarray(q, dtype=np.float32)
+    out = np.empty_like(q)
+    key = ("attend", q.shape, n, bucket(int(context.max())))  # the work grows with T: a contest per doubling
+    i64 = np.int64
+    args = (q, np.ascontiguousarray(K), np.ascontiguousarray(V), rows.astype(i64), tables.astype(i64))
+    fan_out(key, _attend, *args, i64(block_size), starts.astype(i64), context.astype(i64), pads, scale, out)
+    return out
+
+
 def attend(
     q: np.ndarray, K: np.ndarray, V: np.ndarray, T: int, scale: np.float32, pad: np.ndarray | None
 ) -> np.ndarray:
     """q [B, nh, D] (one query per row, at position T-1) or [B, nh, S, D] (S queries at T-S .. T-1) over the first T
-    positions of K/V [B, nkv, >=T, D]; the output has q's shape. K and V are read in place: pass a cache's own
-    buffers (``DenseKVCache.update_and_fetch_buffers``), not a strided view of them."""
-    B = q.shape[0]
-    pads = np.zeros(B, np.int64) if pad is None else np.asarray(pad, np.int64).reshape(B)
-    q4 = np.ascontiguousarray(q if q.ndim == 4 else q[:, :, None])
-    out = np.empty_like(q4)
-    key = ("attend", q4.shape, bucket(T))  # the work grows with T: a contest per doubling of the context
-    fan_out(key, _attend, q4, np.ascontiguousarray(K), np.ascontiguousarray(V), T, scale, pads, out)
+    positions of a dense cache's K/V [B, nkv, >=T, D]; the output has q's shape. K and V are read in place: pass a
+    cache's own buffers (``DenseKVCache.update_and_fetch_buffers``), not a strided view of them."""
+    q4 = q if q.ndim == 4 else q[:, :, None]
+    B, nh, S, D = q4.shape
+    rows = np.arange(B, dtype=np.int64)
+    starts = np.arange(0, B * S + 1, S, dtype=np.int64)
+    context = np.full(B, T, np.int64)
+    flat = q4.transpose(0, 2, 1, 3).reshape(B * S, nh, D)
+    out = attend_rows(flat, K, V, rows, np.zeros((B, 1), np.int64), K.shape[2], starts, context, scale, pad)
+    out = out.reshape(B, S, nh, D).transpose(0, 2, 1, 3)
     return out if q.ndim == 4 else out[:, :, 0]

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from fs_kvcache import PagedLayer
 from fs_weights import bf16_to_f32, f32_to_bf16
 
 from .linear import Linear
@@ -43,6 +44,8 @@ class Attention:
         q, k = self.rope(q, *tables), self.rope(k, *tables)
         if self.kv_bf16:
             k, v = f32_to_bf16(k), f32_to_bf16(v)
+        if isinstance(cache, PagedLayer):
+            return self.wo(self._paged(q, k, v, cache).transpose(0, 2, 1, 3).reshape(B, S, self.nh * self.D))
         if cache is not None:
             k, v = cache.update_and_fetch(k, v)
         if self.kv_bf16:
@@ -55,6 +58,22 @@ class Attention:
             out[:, :, :, a : a + step] = self._attend(qg[:, :, :, a : a + step], k, v, T - S + a, pad)
         out = out.reshape(B, self.nh, S, self.D)
         return self.wo(out.transpose(0, 2, 1, 3).reshape(B, S, self.nh * self.D))
+
+    def _paged(self, q: np.ndarray, k: np.ndarray, v: np.ndarray, cache: PagedLayer) -> np.ndarray:
+        """An engine step: the new K/V [1, nkv, N, D] written into their slots, then each sequence's queries over
+        its history gathered from the blocks (the reference may copy; the fused kernel reads in place)."""
+        st, layer, bt = cache.store, cache.layer, cache.batch
+        st.write(layer, bt.slots, k[0], v[0])
+        out = np.empty_like(q)  # [1, nh, N, D]
+        G = self.nh // self.nkv
+        for i in range(len(bt.context)):
+            a, b, T = int(bt.starts[i]), int(bt.starts[i + 1]), int(bt.context[i])
+            K, V = st.gather(layer, bt.tables[i], T)
+            if self.kv_bf16:
+                K, V = bf16_to_f32(K), bf16_to_f32(V)
+            qg = q[:, :, a:b].reshape(1, self.nkv, G, b - a, self.D)
+            out[:, :, a:b] = self._attend(qg, K, V, T - (b - a), None).reshape(1, self.nh, b - a, self.D)
+        return out
 
     def _attend(self, q: np.ndarray, k: np.ndarray, v: np.ndarray, first: int, pad: np.ndarray | None) -> np.ndarray:
         """Queries q [B, nkv, G, s, D] at cache positions first .. first+s-1 over the keys they can see."""

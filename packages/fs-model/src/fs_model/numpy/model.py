@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from fs_kvcache import BlockPool, KVStore, PagedBatch, PagedLayer
 from fs_weights import Qwen3Config
 
 from ..errors import ModelError
@@ -63,6 +64,37 @@ class NumpyModel(Model):
             heads = (c.num_attention_heads, c.num_key_value_heads, c.dim_head)
             attn = attention(w, *heads, c.rms_norm_eps, self.rope, kv_bf16=kv_dtype == "bfloat16")
             self.blocks.append(block(w, attn, c.rms_norm_eps))
+
+    # --- the engine's step: many sequences, one pass, K/V in a block pool ------------------------------------
+
+    def make_kv_store(self, pool: BlockPool) -> KVStore:
+        """Every layer's K/V in ``pool``'s blocks, in this model's cache dtype."""
+        c = self.config
+        dtype = np.dtype(np.uint16 if self.kv_dtype == "bfloat16" else np.float32)
+        return KVStore(pool, c.num_hidden_layers, c.num_key_value_heads, c.dim_head, dtype)
+
+    def kv_block_bytes(self, block_size: int) -> int:
+        c = self.config
+        dtype = np.dtype(np.uint16 if self.kv_dtype == "bfloat16" else np.float32)
+        return KVStore.block_bytes(c.num_hidden_layers, c.num_key_value_heads, c.dim_head, dtype, block_size)
+
+    def forward_paged(self, batch: PagedBatch, store: KVStore) -> np.ndarray:
+        """Logits [n, V] (float32) at the last new token of each of the batch's n sequences; their new K/V are
+        written into ``store`` on the way. Each sequence's logits are the bits ``model(...)`` gives it alone
+        wherever the kernels are batch invariant (the fused path, the default for kept-weight models)."""
+        tokens = batch.tokens
+        if tokens.size and (tokens.min() < 0 or tokens.max() >= self.vocab_size):
+            bad = int(np.flatnonzero((tokens < 0) | (tokens >= self.vocab_size))[0])
+            raise ModelError(f"token id {int(tokens[bad])} at packed position {bad} is out of range")
+        if int(batch.context.max()) > self.config.max_position_embeddings:
+            raise ModelError(f"a sequence reaches {int(batch.context.max())} positions, past max_position_embeddings")
+        with self.context(tokens.shape[0]):
+            x = self.embed.rows(tokens[None])  # [1, N, H]: every sequence's new tokens in one row
+            tables = self.rope.tables(batch.positions)
+            for i, block in enumerate(self.blocks):
+                x = block(x, tables, PagedLayer(store, i, batch))
+            x = rms_norm(x[:, batch.last], self.norm, self.eps)
+            return np.asarray(self.lm_head(x)[0], dtype=np.float32)
 
     def _run(
         self,

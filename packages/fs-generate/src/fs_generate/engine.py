@@ -1,0 +1,291 @@
+"""``Engine``: many requests in flight over one model, joining and leaving at any step (continuous batching).
+
+    engine = Engine(model, tokenizer, max_batch=16, max_step_tokens=512)
+    h = engine.submit("Hello", max_new_tokens=32)       # thread-safe; returns at once
+    h.result()                                         # steps the engine here, or waits for engine.start()'s thread
+
+Each ``step()`` asks the scheduler (scheduler.py) which sequences feed how many tokens, packs them into one
+``PagedBatch`` - decode tokens and prefill chunks side by side - and runs one ``model.forward_paged`` over the
+model's block pool: K/V are written into each sequence's blocks and attention reads them there in place. Every
+sequence whose K/V caught up with its tokens then chooses its next token by its own ``Generator`` rules.
+
+Why the output equals ``generate``'s: a request's next token depends only on its own logits and its own seeded
+sampler, and on the batch-invariant kernels (the default for kept-weight models) its logits are the same bits
+whatever else is in the step, however its prompt was chunked, whether its prefix came from the cache, and after a
+preemption's recompute. float32 weights run on BLAS, whose sums depend on the batch: there logits agree to float32
+rounding, not bit for bit (docs/engine.md).
+"""
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from fs_kvcache import BlockPool, BlockPrefixCache, PagedBatch, identity_string
+
+from .errors import GenerateError
+from .generate import Generator
+from .request import FINISHED, Request, RequestHandle
+from .scheduler import Scheduler
+
+log = logging.getLogger(__name__)
+
+
+def available_memory() -> int | None:
+    """Bytes of memory available now (Linux's MemAvailable, else free pages), None when the OS does not say."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def default_kv_budget(token_bytes: int, context: int, max_batch: int) -> tuple[int, str]:
+    """A quarter of the memory available now, capped at what ``max_batch`` full contexts could use."""
+    avail = available_memory()
+    full = token_bytes * context * max_batch
+    quarter = avail // 4 if avail is not None else 1 << 30
+    budget = min(full, quarter)
+    source = "a quarter of the available memory" if quarter < full else f"{max_batch} full contexts of {context}"
+    if avail is None:
+        source = "1 GiB (the OS did not say how much memory is available)" if quarter < full else source
+    return budget, f"kv_budget_bytes=None: {budget / 2**20:.1f} MiB for the K/V pool ({source})"
+
+
+class Engine:
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        *,
+        max_batch: int = 16,
+        max_step_tokens: int = 512,
+        kv_budget_bytes: int | None = None,
+        block_size: int = 16,
+        prefix_cache: bool = True,
+    ):
+        for name, v in (("max_batch", max_batch), ("max_step_tokens", max_step_tokens), ("block_size", block_size)):
+            if type(v) is not int or v < 1:
+                raise GenerateError(f"{name} must be a positive int, got {v!r}")
+        if kv_budget_bytes is not None and (type(kv_budget_bytes) is not int or kv_budget_bytes < 1):
+            raise GenerateError(f"kv_budget_bytes must be a positive int or None, got {kv_budget_bytes!r}")
+        if not hasattr(model, "forward_paged"):
+            raise GenerateError(
+                f"the {getattr(model, 'backend', type(model).__name__)} backend has no paged forward pass; "
+                "the engine runs on the numpy backend (load_model(..., backend='numpy'))"
+            )
+        self.model, self.tokenizer = model, tokenizer
+        block_bytes = model.kv_block_bytes(block_size)
+        self.kv_budget_note = f"kv_budget_bytes={kv_budget_bytes}"
+        if kv_budget_bytes is None:
+            ctx = model.config.max_position_embeddings
+            kv_budget_bytes, self.kv_budget_note = default_kv_budget(block_bytes // block_size, ctx, max_batch)
+            log.info(self.kv_budget_note)
+        num_blocks = kv_budget_bytes // block_bytes
+        if num_blocks < 1:
+            raise GenerateError(
+                f"kv_budget_bytes={kv_budget_bytes} holds no block: one block of {block_size} positions takes "
+                f"{block_bytes} bytes (K and V, every layer)"
+            )
+        self.pool = BlockPool(num_blocks, block_size)
+        self.store = model.make_kv_store(self.pool)
+        identity = identity_string(
+            weights=getattr(model, "weights_digest", "") or getattr(model, "path", ""),
+            kv_dtype=getattr(model, "kv_dtype", ""),
+            block_size=block_size,
+        )
+        self.prefix = BlockPrefixCache(self.pool, identity) if prefix_cache else None
+        self.scheduler = Scheduler(self.pool, self.prefix, self.store.copy, max_batch, max_step_tokens)
+        self._lock = threading.Lock()  # guards _incoming and _cancels (any thread)
+        self._step_lock = threading.Lock()  # one step at a time, whoever runs it
+        self._incoming: list[Request] = []
+        self._cancels: list[Request] = []
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._stopping = False
+        self._ids = 0
+        self.counters = dict(forward_passes=0, prefill_tokens=0, decode_tokens=0, finished=0, cancelled=0, failed=0)
+
+    # --- requests -------------------------------------------------------------------------------------------
+
+    def submit(
+        self,
+        prompt: str | Sequence[int],
+        *,
+        max_new_tokens: int,
+        temperature: float = 0.0,
+        top_k: int = 0,
+        top_p: float = 1.0,
+        min_p: float = 0.0,
+        seed: int | None = None,
+        stop: Sequence[str] = (),
+        eos_token_ids: Iterable[int] | None = None,
+        repetition_penalty: float | None = None,
+        logprobs: bool = False,
+    ) -> RequestHandle:
+        """Queue a request (checked here: a bad argument raises ``GenerateError`` in the caller's thread).
+        ``logprobs``: accepted for the server's sake; every ``Generation`` carries its tokens' log-probabilities."""
+        gen = Generator(
+            self.model,
+            self.tokenizer,
+            prompt,
+            max_new_tokens=max_new_tokens,
+            temperature=temperature,
+            top_k=top_k,
+            top_p=top_p,
+            min_p=min_p,
+            seed=seed,
+            stop=stop,
+            eos_token_ids=eos_token_ids,
+            repetition_penalty=repetition_penalty,
+        )
+        with self._lock:
+            self._ids += 1
+            rid = self._ids
+        handle = RequestHandle(self.step, self.running_in_background, lambda: self._cancel(req))
+        req = Request(rid, gen, handle)
+        if not gen.start():  # zero budget, or a prompt already at the context limit: done without a pass
+            req.state = FINISHED
+            handle._finish(gen.result)
+            return handle
+        with self._lock:
+            self._incoming.append(req)
+        self._wake.set()
+        return handle
+
+    def _cancel(self, req: Request) -> None:
+        with self._lock:
+            self._cancels.append(req)
+        self._wake.set()
+
+    # --- the loop -------------------------------------------------------------------------------------------
+
+    def step(self) -> bool:
+        """One scheduler iteration: cancels, admission, one forward pass, each finished sequence's next token.
+        Returns False when nothing is waiting or running."""
+        with self._step_lock:
+            with self._lock:
+                self.scheduler.waiting.extend(self._incoming)
+                cancels, self._incoming, self._cancels = self._cancels, [], []
+            for r in cancels:
+                if r.state != FINISHED:
+                    r.gen.result.finish_reason = "cancelled"
+                    self._finish(r, cancelled=True)
+            plan, refused = self.scheduler.schedule()
+            for r, why in refused:
+                self._finish(r, error=why)
+            if not plan:
+                return bool(self.scheduler.waiting or self.scheduler.running)
+            self._run(plan)
+            return True
+
+    def _run(self, plan: list[tuple[Request, int]]) -> None:
+        runs = [(r.table, r.gen.seq[r.table.length : r.table.length + n]) for r, n in plan]
+        try:
+            logits = self.model.forward_paged(PagedBatch.pack(runs), self.store)
+        except Exception as e:  # a failing pass fails its requests, never the engine
+            log.exception("engine step failed")
+            for r, _ in plan:
+                self._finish(r, error=f"the forward pass failed: {type(e).__name__}: {e}")
+            return
+        self.counters["forward_passes"] += 1
+        now = time.perf_counter()
+        for i, (r, n) in enumerate(plan):
+            start = r.table.length
+            prompt_fed = max(0, min(start + n, len(r.gen.prompt)) - start)
+            self.counters["prefill_tokens"] += prompt_fed
+            self.counters["decode_tokens"] += n - prompt_fed
+            r.table.advance(n)
+            r.forward_passes += 1
+            if r.remaining:  # more of its prompt (or recompute) to feed first
+                continue
+            if not r.gen.result.token_ids and r.gen._t0 == 0.0:  # its first token: the prompt is in the blocks
+                r.gen.result.prompt_seconds = now - r.submitted
+                r.gen._t0 = now
+                if self.prefix is not None:
+                    self.prefix.publish(r.gen.seq[: r.table.length], r.table.blocks)
+            r.handle._push(r.gen.accept(logits[i]))
+            if r.gen.done:
+                self._finish(r)
+
+    def _finish(self, r: Request, *, cancelled: bool = False, error: str | None = None) -> None:
+        if r.table is not None and self.prefix is not None and error is None:
+            self.prefix.publish(r.gen.seq[: r.table.length], r.table.blocks)  # a follow-up turn reuses it all
+        self.scheduler.remove(r)
+        r.state = FINISHED
+        res = r.gen.result
+        res.cached_tokens, res.forward_passes = r.gen.reused, r.forward_passes
+        if r.gen._t0:
+            res.generation_seconds = time.perf_counter() - r.gen._t0
+        self.counters["failed" if error else "cancelled" if cancelled else "finished"] += 1
+        r.handle._finish(None if error else res, error)
+
+    def run_until_idle(self) -> None:
+        while self.step():
+            pass
+
+    # --- a background thread --------------------------------------------------------------------------------
+
+    def running_in_background(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def start(self) -> None:
+        """Run the loop in a daemon thread; ``submit`` from any thread, ``result``/``stream`` wait on it."""
+        if self.running_in_background():
+            return
+        self._stopping = False
+        self._thread = threading.Thread(target=self._loop, name="fs-engine", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stopping:
+            self._wake.clear()
+            try:
+                busy = self.step()
+            except Exception:  # a bug must not leave every waiting caller hanging
+                log.exception("engine loop failed; failing the requests in flight")
+                self._fail_all("the engine failed; see its log")
+                busy = False
+            if not busy:
+                self._wake.wait(0.05)
+
+    def _fail_all(self, why: str) -> None:
+        with self._step_lock:
+            for r in [*self.scheduler.running, *self.scheduler.waiting]:
+                self._finish(r, error=why)
+
+    def stop(self) -> None:
+        """Stop the background thread after its current step; requests in flight stay queued (``result`` steps
+        them, or ``start`` again)."""
+        self._stopping = True
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join()
+        self._thread = None
+
+    # --- what it is doing -----------------------------------------------------------------------------------
+
+    def stats(self) -> dict[str, Any]:
+        cached = self.prefix.cached_blocks if self.prefix is not None else 0
+        with self._lock:
+            incoming = len(self._incoming)
+        return {
+            **self.counters,
+            "cached_tokens": self.scheduler.cached_tokens,
+            "running": len(self.scheduler.running),
+            "waiting": len(self.scheduler.waiting) + incoming,
+            "preempted": self.scheduler.preempted,
+            "kv_blocks_used": self.pool.num_blocks - self.pool.free_blocks - cached,
+            "kv_blocks_cached": cached,
+            "kv_blocks_total": self.pool.num_blocks,
+            "block_size": self.pool.block_size,
+            "kv_budget_bytes": self.store.nbytes,
+        }

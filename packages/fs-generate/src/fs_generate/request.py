@@ -1,0 +1,116 @@
+"""One request inside the engine (``Request``) and the caller's side of it (``RequestHandle``).
+
+A request's tokens are ``gen.seq``: its prompt, then every token it has generated. Its block table holds K/V for
+the first ``table.length`` of them. Each step feeds some of the rest; when the table catches up with the sequence,
+the step's logits choose the next token through the same ``Generator`` rules ``generate`` uses (sampling with the
+request's own seeded generator, EOS set, stop strings, budget) - which is why the engine's output for a request is
+``generate``'s output for it, token for token.
+
+States: waiting (no blocks) -> running (a table) -> finished; a preempted request goes back to waiting with its
+blocks freed and its tokens kept, and recomputes their K/V when it runs again (its sampler state is untouched, so
+the next token it draws is the one it would have drawn).
+"""
+
+import functools
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from .errors import GenerateError
+from .generate import Generation, GenerationStep, Generator
+
+WAITING, RUNNING, FINISHED = "waiting", "running", "finished"
+
+
+class Request:
+    def __init__(self, rid: int, gen: Generator, handle: "RequestHandle"):
+        self.id, self.gen, self.handle = rid, gen, handle
+        self.state = WAITING
+        self.table: Any = None  # fs_kvcache.BlockTable while running
+        self.cancelled = False
+        self.admitted = False  # it ran once (a preempted request's cached-token report is its first admission's)
+        self.forward_passes = 0
+        self.submitted = time.perf_counter()
+
+    @property
+    def remaining(self) -> int:
+        """Tokens of the sequence whose K/V are not in the table yet (1 while decoding)."""
+        return len(self.gen.seq) - (self.table.length if self.table is not None else 0)
+
+
+class RequestHandle:
+    """What ``Engine.submit`` returns. Thread-safe: the engine's thread fills it, any thread reads it."""
+
+    def __init__(self, step_engine: Callable[[], bool], background: Callable[[], bool], cancel: Callable[[], None]):
+        self._step_engine, self._background, self._cancel = step_engine, background, cancel
+        self._cond = threading.Condition()
+        self._steps: list[GenerationStep] = []
+        self._result: Generation | None = None
+        self._error: str | None = None
+
+    # --- filled by the engine -------------------------------------------------------------------------------
+
+    def _push(self, step: GenerationStep) -> None:
+        with self._cond:
+            self._steps.append(step)
+            self._cond.notify_all()
+
+    def _finish(self, result: Generation | None, error: str | None = None) -> None:
+        with self._cond:
+            self._result, self._error = result, error
+            self._cond.notify_all()
+
+    # --- the caller's side ----------------------------------------------------------------------------------
+
+    @property
+    def done(self) -> bool:
+        return self._result is not None or self._error is not None
+
+    def cancel(self) -> None:
+        """Stop this request at the next step and free its blocks; idempotent, harmless once finished."""
+        if not self.done:
+            self._cancel()
+
+    def _wait(self, ready: Callable[[], bool], deadline: float | None) -> None:
+        """Until ``ready()``: wait on the engine's thread, or step the engine here when none runs."""
+        while True:
+            with self._cond:
+                if ready() or self.done:
+                    return
+                if self._background():
+                    left = None if deadline is None else deadline - time.monotonic()
+                    if left is not None and left <= 0:
+                        raise TimeoutError("the request did not finish in time")
+                    self._cond.wait(0.05 if left is None else min(left, 0.05))
+                    continue
+            if not self._step_engine() and not self.done and not ready():
+                raise GenerateError("the engine went idle with this request unfinished")
+
+    def result(self, timeout: float | None = None) -> Generation:
+        """The finished ``Generation`` (``finish_reason == "cancelled"`` after a cancel). Steps the engine when it is
+        not running in a background thread; raises ``TimeoutError`` after ``timeout`` seconds otherwise."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        self._wait(lambda: False, deadline)
+        if self._error is not None:
+            raise GenerateError(self._error)
+        assert self._result is not None
+        return self._result
+
+    def _has(self, n: int) -> bool:
+        return len(self._steps) > n
+
+    def stream(self) -> Iterator[GenerationStep]:
+        """Every step of this request from its first (however late this is called), as ``stream_generate``."""
+        i = 0
+        while True:
+            self._wait(functools.partial(self._has, i), None)
+            with self._cond:
+                if i < len(self._steps):
+                    step = self._steps[i]
+                elif self._error is not None:
+                    raise GenerateError(self._error)
+                else:
+                    return
+            i += 1
+            yield step

@@ -1,0 +1,114 @@
+"""The engine's K/V: one ``BlockPool`` for every layer, and the description of one ragged forward pass over it.
+
+Why one pool per model: a sequence's block table then names the same blocks in every layer, so admitting,
+sharing, copying and freeing a sequence is one table operation, not one per layer.
+
+Layout (numpy): ``k``, ``v`` are ``[L, kv_heads, num_blocks * block_size, D]`` in the cache dtype (float32, or bf16
+bits as uint16). Slot ``s = block * bs + row`` is one position; ``k[l, h, s]`` its key in layer l, head h. A block's
+rows are contiguous per head, so attention reads a block's keys in place - and a dense cache
+``[B, kv_heads, capacity, D]`` is the same layout with one block per row (the fused kernel serves both).
+
+A step (``PagedBatch``) packs the new tokens of n sequences one after another:
+
+    tokens    [N]      sequence i's new tokens are tokens[starts[i]:starts[i+1]]
+    positions [N]      their positions (sequence i's run ends at context[i] - 1)
+    slots     [N]      where their K/V are written before attention reads them
+    context   [n]      keys sequence i sees: every earlier position and its own new ones
+    tables    [n, M]   sequence i's block ids (-1 past its end)
+
+For example two sequences, one decoding its 6th token and one prefilling 3 tokens after 16 cached ones (bs = 16):
+``starts = [0, 1, 4]``, ``positions = [5, 16, 17, 18]``, ``context = [6, 19]``.
+"""
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from .block_table import BlockTable
+from .errors import KVCacheError
+from .paged import BlockPool
+
+
+class KVStore:
+    def __init__(self, pool: BlockPool, layers: int, kv_heads: int, head_dim: int, dtype: np.dtype | str):
+        self.pool, self.block_size = pool, pool.block_size
+        shape = (layers, kv_heads, pool.num_blocks * pool.block_size, head_dim)
+        # np.zeros maps pages lazily: a generous budget costs memory only as blocks are first written
+        self.k = np.zeros(shape, dtype)
+        self.v = np.zeros(shape, dtype)
+
+    @staticmethod
+    def block_bytes(layers: int, kv_heads: int, head_dim: int, dtype: np.dtype | str, block_size: int) -> int:
+        """Bytes one block takes: K and V, every layer."""
+        return 2 * layers * kv_heads * block_size * head_dim * np.dtype(dtype).itemsize
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.k.nbytes + self.v.nbytes)
+
+    def copy(self, src: int, dst: int) -> None:
+        """Block ``src``'s numbers into block ``dst``, every layer (a ``BlockTable.reserve`` copy-on-write)."""
+        bs = self.block_size
+        self.k[:, :, dst * bs : (dst + 1) * bs] = self.k[:, :, src * bs : (src + 1) * bs]
+        self.v[:, :, dst * bs : (dst + 1) * bs] = self.v[:, :, src * bs : (src + 1) * bs]
+
+    def write(self, layer: int, slots: np.ndarray, k: np.ndarray, v: np.ndarray) -> None:
+        """New K/V ``[kv_heads, N, D]`` of one layer into their slots."""
+        self.k[layer][:, slots] = k
+        self.v[layer][:, slots] = v
+
+    def gather(self, layer: int, table: np.ndarray, T: int) -> tuple[np.ndarray, np.ndarray]:
+        """The first ``T`` positions of the sequence with block ids ``table`` as dense ``[1, kv_heads, T, D]`` copies
+        (the reference path's view; the fused kernel reads the blocks in place)."""
+        p = np.arange(T)
+        s = table[p // self.block_size] * self.block_size + p % self.block_size
+        return self.k[layer][:, s][None], self.v[layer][:, s][None]
+
+
+@dataclass(frozen=True)
+class PagedBatch:
+    tokens: np.ndarray
+    positions: np.ndarray
+    slots: np.ndarray
+    starts: np.ndarray
+    context: np.ndarray
+    tables: np.ndarray
+
+    @classmethod
+    def pack(cls, runs: Sequence[tuple[BlockTable, Sequence[int]]]) -> "PagedBatch":
+        """One entry per sequence: its table (reserved for the new tokens, ``length`` = positions already held)
+        and its new tokens. Nothing is advanced; the caller does that after the forward pass."""
+        if not runs or any(len(t) == 0 for _, t in runs):
+            raise KVCacheError("a paged batch needs at least one sequence and one new token per sequence")
+        lens = [len(t) for _, t in runs]
+        starts = np.zeros(len(runs) + 1, np.int64)
+        starts[1:] = np.cumsum(lens)
+        width = max(len(tb.blocks) for tb, _ in runs)
+        tables = np.full((len(runs), width), -1, np.int64)
+        for i, (tb, _) in enumerate(runs):
+            tables[i, : len(tb.blocks)] = tb.blocks
+        return cls(
+            tokens=np.concatenate([np.asarray(t, np.int64) for _, t in runs]),
+            positions=np.concatenate(
+                [np.arange(tb.length, tb.length + n, dtype=np.int64) for (tb, _), n in zip(runs, lens, strict=True)]
+            ),
+            slots=np.concatenate([tb.slots(tb.length, n) for (tb, _), n in zip(runs, lens, strict=True)]),
+            starts=starts,
+            context=np.asarray([tb.length + n for (tb, _), n in zip(runs, lens, strict=True)], np.int64),
+            tables=tables,
+        )
+
+    @property
+    def last(self) -> np.ndarray:
+        """Index in ``tokens`` of each sequence's last new token (whose logits the step returns)."""
+        return self.starts[1:] - 1
+
+
+@dataclass(frozen=True)
+class PagedLayer:
+    """What one layer's attention gets as its cache during a paged step: where to write and what to read."""
+
+    store: KVStore
+    layer: int
+    batch: PagedBatch
