@@ -6,6 +6,7 @@ import fs_weights as _fs_weights  # noqa: F401 - first: its interrupts guard pre
 from .branching import BranchOutcome, KvPrefixGenerator, PrefixReuse, run_branch, select_branch
 from .checkpoint import AgentCheckpoint, ModelCheckpoint, create_checkpoint
 from .compaction import CompactionResult, compact_completed_interactions
+from .concurrent_branches import Branch, EngineBranchGenerator, run_branches
 from .evaluation import (
     EvaluationCase,
     EvaluationCheck,
@@ -35,9 +36,11 @@ __all__ = [
     "ArtifactRef",
     "ArtifactStore",
     "BoundedEvidenceWorkspace",
+    "Branch",
     "BranchOutcome",
     "CompactionResult",
     "EffectReceipt",
+    "EngineBranchGenerator",
     "EvaluationCase",
     "EvaluationCheck",
     "EvaluationReport",
@@ -64,6 +67,7 @@ __all__ = [
     "resume_with_steering",
     "run_agent",
     "run_branch",
+    "run_branches",
     "run_to_checkpoint",
     "select_branch",
 ]

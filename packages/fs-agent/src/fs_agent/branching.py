@@ -14,6 +14,33 @@ from .protocol import AgentError, Message
 from .steering import resume_with_steering
 
 
+def render_ids(tokenizer: Any, messages: list[Message], generation_prompt: bool, enable_thinking: bool) -> list[int]:
+    """The messages through the tokenizer's chat template, as token ids (any failure is the caller's input)."""
+    try:
+        text = tokenizer.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=generation_prompt, enable_thinking=enable_thinking
+        )
+    except Exception as e:  # the template belongs to the tokenizer: any failure is the caller's input
+        raise AgentError(f"could not render checkpoint messages: {e}") from None
+    if not isinstance(text, str):
+        raise AgentError("chat template must render text")
+    try:
+        ids = tokenizer.encode(text, add_special_tokens=False)
+    except Exception as e:
+        raise AgentError(f"tokenizer returned invalid token ids: {e}") from None
+    if not isinstance(ids, list | tuple) or not all(type(i) is int and i >= 0 for i in ids):
+        raise AgentError("tokenizer returned invalid token ids")
+    return list(ids)
+
+
+def check_extends(ids: list[int], prefix: tuple[int, ...]) -> None:
+    """A resumed branch's prompt must be the saved prefix's tokens exactly, then something more."""
+    if tuple(ids[: len(prefix)]) != prefix:
+        raise AgentError("steered prompt does not extend the saved token prefix")
+    if len(ids) == len(prefix):
+        raise AgentError("steered prompt must add tokens after the saved prefix")
+
+
 @dataclass(frozen=True)
 class PrefixReuse:
     reused_tokens: int
@@ -68,21 +95,7 @@ class KvPrefixGenerator:
         return self._reuse
 
     def _encode(self, messages: list[Message], generation_prompt: bool) -> list[int]:
-        try:
-            text = self.tokenizer.apply_chat_template(
-                messages, tokenize=False, add_generation_prompt=generation_prompt, enable_thinking=self.enable_thinking
-            )
-        except Exception as e:  # the template belongs to the tokenizer: any failure is the caller's input
-            raise AgentError(f"could not render checkpoint messages: {e}") from None
-        if not isinstance(text, str):
-            raise AgentError("chat template must render text")
-        try:
-            ids = self.tokenizer.encode(text, add_special_tokens=False)
-        except Exception as e:
-            raise AgentError(f"tokenizer returned invalid token ids: {e}") from None
-        if not isinstance(ids, list | tuple) or not all(type(i) is int and i >= 0 for i in ids):
-            raise AgentError("tokenizer returned invalid token ids")
-        return list(ids)
+        return render_ids(self.tokenizer, messages, generation_prompt, self.enable_thinking)
 
     def save_checkpoint(self, messages: list[Message]) -> ModelCheckpoint:
         if self._prefix is not None:
@@ -140,10 +153,7 @@ class KvPrefixGenerator:
         ids = self._encode(messages, True)
         prefix = self._prefix
         n = len(prefix.tokens)
-        if tuple(ids[:n]) != prefix.tokens:
-            raise AgentError("steered prompt does not extend the saved token prefix")
-        if len(ids) == n:
-            raise AgentError("steered prompt must add tokens after the saved prefix")
+        check_extends(ids, prefix.tokens)
         caches = [DenseKVCache(key_values=kv) for kv in prefix.key_values]
         out = greedy_decode(self.model, self.tokenizer, ids[n:], caches, n, self.max_tokens)
         self.response_index += 1

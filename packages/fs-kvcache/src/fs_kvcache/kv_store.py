@@ -3,10 +3,11 @@
 Why one pool per model: a sequence's block table then names the same blocks in every layer, so admitting,
 sharing, copying and freeing a sequence is one table operation, not one per layer.
 
-Layout (numpy): ``k``, ``v`` are ``[L, kv_heads, num_blocks * block_size, D]`` in the cache dtype (float32, or bf16
-bits as uint16). Slot ``s = block * bs + row`` is one position; ``k[l, h, s]`` its key in layer l, head h. A block's
-rows are contiguous per head, so attention reads a block's keys in place - and a dense cache
-``[B, kv_heads, capacity, D]`` is the same layout with one block per row (the fused kernel serves both).
+Layout: ``k[l]``, ``v[l]`` are layer l's ``[kv_heads, num_blocks * block_size, D]`` arrays (numpy in the cache dtype -
+float32, or bf16 bits as uint16 - or MLX arrays for the MLX backend). Slot ``s = block * bs + row`` is one position;
+``k[l][h, s]`` its key in layer l, head h. A block's rows are contiguous per head, so attention reads a block's keys
+in place - and a dense cache ``[B, kv_heads, capacity, D]`` is the same layout with one block per row (the fused
+kernel serves both).
 
 A step (``PagedBatch``) packs the new tokens of n sequences one after another:
 
@@ -22,21 +23,37 @@ For example two sequences, one decoding its 6th token and one prefilling 3 token
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
+from .arrays import index, is_mlx
 from .block_table import BlockTable
 from .errors import KVCacheError
 from .paged import BlockPool
 
 
 class KVStore:
-    def __init__(self, pool: BlockPool, layers: int, kv_heads: int, head_dim: int, dtype: np.dtype | str):
+    def __init__(self, pool: BlockPool, layers: int, kv_heads: int, head_dim: int, dtype: Any, like: Any = None):
+        """``like``: an array of the kind to store in (an MLX array makes MLX storage of ``dtype``, an mx.Dtype)."""
         self.pool, self.block_size = pool, pool.block_size
-        shape = (layers, kv_heads, pool.num_blocks * pool.block_size, head_dim)
-        # np.zeros maps pages lazily: a generous budget costs memory only as blocks are first written
-        self.k = np.zeros(shape, dtype)
-        self.v = np.zeros(shape, dtype)
+        shape = (kv_heads, pool.num_blocks * pool.block_size, head_dim)
+        self.k: list[Any]
+        self.v: list[Any]
+        if like is not None and is_mlx(like):
+            import mlx.core as mx
+
+            self.k, self.v = (
+                [mx.zeros(shape, dtype) for _ in range(layers)],
+                [mx.zeros(shape, dtype) for _ in range(layers)],
+            )
+            self._nbytes = 2 * layers * int(np.prod(shape)) * dtype.size
+        else:  # np.zeros maps pages lazily: a generous budget costs memory only as blocks are first written
+            self.k, self.v = (
+                [np.zeros(shape, dtype) for _ in range(layers)],
+                [np.zeros(shape, dtype) for _ in range(layers)],
+            )
+            self._nbytes = 2 * layers * int(np.prod(shape)) * np.dtype(dtype).itemsize
 
     @staticmethod
     def block_bytes(layers: int, kv_heads: int, head_dim: int, dtype: np.dtype | str, block_size: int) -> int:
@@ -45,25 +62,32 @@ class KVStore:
 
     @property
     def nbytes(self) -> int:
-        return int(self.k.nbytes + self.v.nbytes)
+        return self._nbytes
 
     def copy(self, src: int, dst: int) -> None:
         """Block ``src``'s numbers into block ``dst``, every layer (a ``BlockTable.reserve`` copy-on-write)."""
-        bs = self.block_size
-        self.k[:, :, dst * bs : (dst + 1) * bs] = self.k[:, :, src * bs : (src + 1) * bs]
-        self.v[:, :, dst * bs : (dst + 1) * bs] = self.v[:, :, src * bs : (src + 1) * bs]
+        a, b = src * self.block_size, dst * self.block_size
+        for kv in (self.k, self.v):
+            for layer in kv:
+                layer[:, b : b + self.block_size] = layer[:, a : a + self.block_size]
 
-    def write(self, layer: int, slots: np.ndarray, k: np.ndarray, v: np.ndarray) -> None:
+    def write(self, layer: int, slots: np.ndarray, k: Any, v: Any) -> None:
         """New K/V ``[kv_heads, N, D]`` of one layer into their slots."""
-        self.k[layer][:, slots] = k
-        self.v[layer][:, slots] = v
+        at = index(self.k[layer], slots.tolist()) if is_mlx(self.k[layer]) else slots
+        self.k[layer][:, at] = k
+        self.v[layer][:, at] = v
 
-    def gather(self, layer: int, table: np.ndarray, T: int) -> tuple[np.ndarray, np.ndarray]:
-        """The first ``T`` positions of the sequence with block ids ``table`` as dense ``[1, kv_heads, T, D]`` copies
-        (the reference path's view; the fused kernel reads the blocks in place)."""
+    def slots(self, table: np.ndarray, T: int) -> np.ndarray:
+        """Slots of positions 0 .. T-1 of the sequence with block ids ``table``."""
         p = np.arange(T)
-        s = table[p // self.block_size] * self.block_size + p % self.block_size
-        return self.k[layer][:, s][None], self.v[layer][:, s][None]
+        return table[p // self.block_size] * self.block_size + p % self.block_size
+
+    def gather(self, layer: int, table: np.ndarray, T: int) -> tuple[Any, Any]:
+        """The first ``T`` positions of the sequence with block ids ``table`` as dense ``[1, kv_heads, T, D]`` copies
+        (the reference path's and MLX's view; the fused kernel reads the blocks in place)."""
+        s = self.slots(table, T)
+        at = index(self.k[layer], s.tolist()) if is_mlx(self.k[layer]) else s
+        return self.k[layer][:, at][None], self.v[layer][:, at][None]
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ from typing import Any
 import mlx.core as mx
 import numpy as np
 
+from fs_kvcache import BlockPool, KVStore, PagedBatch, PagedLayer
 from fs_weights import Checkpoint, Qwen3Config
 
 from ..errors import ModelError
@@ -58,6 +59,8 @@ class Block:
         self.theta, self.scale = c.rope_theta, c.dim_head**-0.5
 
     def attention(self, x: mx.array, offset: Any, cache: Any, mask: Any) -> mx.array:
+        if isinstance(cache, PagedLayer):
+            return self.paged_attention(x, offset, cache)
         B, S, _ = x.shape
         w = self.w
         q = mx.fast.rms_norm(w["q_proj"](x).reshape(B, S, self.nh, self.D), w["q_norm"], self.eps)
@@ -70,6 +73,27 @@ class Block:
             k, v = cache.update_and_fetch(k, v)
         out = mx.fast.scaled_dot_product_attention(q, k, v, scale=self.scale, mask=mask)
         return w["o_proj"](out.transpose(0, 2, 1, 3).reshape(B, S, self.nh * self.D))
+
+    def paged_attention(self, x: mx.array, positions: mx.array, cache: PagedLayer) -> mx.array:
+        """An engine step: x [1, N, H] holds every sequence's new tokens, ``positions`` [N] theirs. Each token is
+        its own row for RoPE (per-row offsets); K/V go into the store's slots, then each sequence attends over its
+        history gathered from its blocks (MLX has no paged attention kernel; the gather is one take per layer)."""
+        N, w, st, bt = x.shape[1], self.w, cache.store, cache.batch
+        q = mx.fast.rms_norm(w["q_proj"](x).reshape(N, self.nh, 1, self.D), w["q_norm"], self.eps)
+        k = mx.fast.rms_norm(w["k_proj"](x).reshape(N, self.nkv, 1, self.D), w["k_norm"], self.eps)
+        v = w["v_proj"](x).reshape(N, self.nkv, self.D)
+        q = mx.fast.rope(q, self.D, traditional=False, base=self.theta, scale=1.0, offset=positions)
+        k = mx.fast.rope(k, self.D, traditional=False, base=self.theta, scale=1.0, offset=positions)
+        st.write(cache.layer, bt.slots, k[:, :, 0].transpose(1, 0, 2), v.transpose(1, 0, 2))
+        outs = []
+        for i in range(len(bt.context)):
+            a, b, T = int(bt.starts[i]), int(bt.starts[i + 1]), int(bt.context[i])
+            K, V = st.gather(cache.layer, bt.tables[i], T)
+            qi = q[a:b, :, 0].transpose(1, 0, 2)[None]  # [1, nh, n, D]
+            o = mx.fast.scaled_dot_product_attention(qi, K, V, scale=self.scale, mask="causal" if b - a > 1 else None)
+            outs.append(o[0].transpose(1, 0, 2))  # [n, nh, D]
+        out = mx.concatenate(outs, axis=0).reshape(1, N, self.nh * self.D)
+        return w["o_proj"](out)
 
     def __call__(self, x: mx.array, offset: Any, cache: Any, mask: Any) -> mx.array:
         w = self.w
@@ -140,6 +164,29 @@ class MlxModel(Model):
                 weights[base] = _to_mx(ckpt, n, dt)
         mx.eval([v.w if isinstance(v, Linear) else v for v in weights.values()])
         return cls(config, weights, dt, path)
+
+    # --- the engine's step ---------------------------------------------------------------------------------
+
+    def make_kv_store(self, pool: BlockPool) -> KVStore:
+        c = self.config
+        return KVStore(pool, c.num_hidden_layers, c.num_key_value_heads, c.dim_head, self.dtype, like=mx.zeros(1))
+
+    def kv_block_bytes(self, block_size: int) -> int:
+        c = self.config
+        return 2 * c.num_hidden_layers * c.num_key_value_heads * block_size * c.dim_head * self.dtype.size
+
+    def forward_paged(self, batch: PagedBatch, store: KVStore) -> np.ndarray:
+        """Logits [n, V] (float32 numpy) at each sequence's last new token; as the numpy backend's."""
+        if int(batch.context.max()) > self.config.max_position_embeddings:
+            raise ModelError(f"a sequence reaches {int(batch.context.max())} positions, past max_position_embeddings")
+        x = self.embed.rows(mx.array(batch.tokens.astype(np.int32))[None]).astype(self.dtype)
+        positions = mx.array(batch.positions.astype(np.int32))
+        for i, block in enumerate(self.blocks):
+            x = block(x, positions, PagedLayer(store, i, batch), None)
+        x = mx.fast.rms_norm(x[:, mx.array(batch.last.astype(np.int32))], self.norm, self.config.rms_norm_eps)
+        logits = self.lm_head(x)[0]
+        mx.eval(logits, *store.k, *store.v)  # the writes too: each step's graph ends here
+        return np.asarray(self.to_numpy(logits), dtype=np.float32)
 
     def tokens_array(self, ids: Sequence[int] | Sequence[Sequence[int]]) -> Any:
         return mx.array(np.asarray(super().tokens_array(ids)), dtype=mx.int32)
