@@ -251,10 +251,18 @@ def test_bad_input_is_refused_clearly(fast):
     assert engine.submit("x", max_new_tokens=0).result().finish_reason == "length"
 
 
+@pytest.fixture(scope="module")
+def formats(fast):
+    """The same bf16 checkpoint in every kept-weight format the fast kernels run."""
+    path = fast[0].path
+    return {"bf16": fast, "int8": load(path, quantize="int8"), "int4": load(path, quantize="int4")}
+
+
 @pytest.mark.kernels
-def test_preempted_requests_recompute_to_the_same_output(fast):
+@pytest.mark.parametrize("fmt", ["bf16", "int8", "int4"])
+def test_preempted_requests_recompute_to_the_same_output(formats, fmt):
     """A pool that holds two of these sequences at their full length: the newest is preempted again and again."""
-    model, tok = fast
+    model, tok = formats[fmt]
     engine = Engine(model, tok, max_batch=6, block_size=4, kv_budget_bytes=25 * model.kv_block_bytes(4))
     rng = np.random.default_rng(4)
     prompts = [rng.integers(0, V_USED, 20).tolist() for _ in range(6)]
@@ -300,3 +308,33 @@ def test_the_mlx_backend_runs_the_same_engine(tmp_path, qwen3_tokenizer_dir, ref
         want = generate(model, tok, p, **kw)
         assert h.result().token_ids == want.token_ids
         assert np.allclose(h.result().logprobs, want.logprobs, atol=1e-5 if dtype == "float32" else 1e-2)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fmt", [{}, {"quantize": "int8"}, {"quantize": "int4"}], ids=["bf16", "int8", "int4"])
+def test_the_engine_equals_generate_at_qwen3_06b_shapes(tmp_path_factory, qwen3_tokenizer_dir, fmt):
+    """Real block shapes (28 layers, 16/8 heads of 128, 1024 hidden): a shared 48-token prefix, prefill chunks of 32
+    beside decodes, a pool small enough to preempt; every request bit for bit its solo generate."""
+    from fs_model import cpu
+    from fs_weights import preset, write_random_checkpoint
+
+    if not cpu.HAVE_NUMBA:
+        pytest.skip("numba is not installed: `nox -s slow` installs every extra")
+    d = tmp_path_factory.getbasetemp() / "engine-qwen3-0.6b-bf16"
+    if not d.exists():
+        write_random_checkpoint(d, preset("qwen3-0.6b"), dtype="bfloat16", tokenizer=qwen3_tokenizer_dir, seed=2)
+    model, tok = load(str(d), **fmt)
+    engine = Engine(model, tok, max_batch=3, max_step_tokens=32, kv_budget_bytes=9 * model.kv_block_bytes(16))
+    rng = np.random.default_rng(1)
+    shared = rng.integers(0, V_USED, 48).tolist()
+    prompts = [shared + rng.integers(0, V_USED, n).tolist() for n in (5, 30, 17)]
+    kws = [
+        dict(max_new_tokens=24, eos_token_ids=[]),
+        dict(max_new_tokens=24, eos_token_ids=[], temperature=0.7, seed=1),
+    ]
+    hs = [engine.submit(p, **kws[i % 2]) for i, p in enumerate(prompts)]
+    engine.run_until_idle()
+    assert engine.stats()["preempted"] > 0
+    for i, (h, p) in enumerate(zip(hs, prompts, strict=True)):
+        want = generate(model, tok, p, **kws[i % 2])
+        assert (h.result().token_ids, h.result().logprobs) == (want.token_ids, want.logprobs)
