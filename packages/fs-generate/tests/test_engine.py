@@ -338,3 +338,20 @@ def test_the_engine_equals_generate_at_qwen3_06b_shapes(tmp_path_factory, qwen3_
     for i, (h, p) in enumerate(zip(hs, prompts, strict=True)):
         want = generate(model, tok, p, **kws[i % 2])
         assert (h.result().token_ids, h.result().logprobs) == (want.token_ids, want.logprobs)
+
+
+def test_the_worked_example_of_docs_engine_md(fast):
+    model, tok = fast
+    engine = Engine(model, tok, max_step_tokens=8, block_size=4, kv_budget_bytes=16 * model.kv_block_bytes(4))
+    a_prompt = list(range(500, 510))
+    a = engine.submit(a_prompt, max_new_tokens=3, eos_token_ids=[])
+    engine.step()
+    assert engine.stats()["prefill_tokens"] == 8 and engine.stats()["kv_blocks_used"] == 3
+    b = engine.submit([*a_prompt[:8], 1, 2, 3], max_new_tokens=3, eos_token_ids=[])
+    engine.step()
+    s = engine.stats()
+    assert (s["prefill_tokens"], s["cached_tokens"], s["kv_blocks_used"]) == (13, 8, 4)
+    assert [len(h._steps) for h in (a, b)] == [1, 1]  # each has its first token
+    engine.run_until_idle()
+    assert engine.stats()["kv_blocks_used"] == 0 and engine.stats()["kv_blocks_cached"] > 0
+    assert b.result().cached_tokens == 8

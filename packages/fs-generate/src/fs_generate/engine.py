@@ -205,20 +205,25 @@ class Engine:
             self.counters["decode_tokens"] += n - prompt_fed
             r.table.advance(n)
             r.forward_passes += 1
+            self._publish(r)
             if r.remaining:  # more of its prompt (or recompute) to feed first
                 continue
             if not r.gen.result.token_ids and r.gen._t0 == 0.0:  # its first token: the prompt is in the blocks
                 r.gen.result.prompt_seconds = now - r.submitted
                 r.gen._t0 = now
-                if self.prefix is not None:
-                    self.prefix.publish(r.gen.seq[: r.table.length], r.table.blocks)
             r.handle._push(r.gen.accept(logits[i]))
             if r.gen.done:
                 self._finish(r)
 
+    def _publish(self, r: Request) -> None:
+        """Each block that just filled becomes findable at once (prompt or answer, vLLM's automatic prefix caching):
+        a request arriving mid-prefill shares the blocks already done, a follow-up turn the whole conversation."""
+        full = r.table.length // self.pool.block_size
+        if self.prefix is not None and full > r.published:
+            self.prefix.publish(r.gen.seq[: r.table.length], r.table.blocks)
+            r.published = full
+
     def _finish(self, r: Request, *, cancelled: bool = False, error: str | None = None) -> None:
-        if r.table is not None and self.prefix is not None and error is None:
-            self.prefix.publish(r.gen.seq[: r.table.length], r.table.blocks)  # a follow-up turn reuses it all
         self.scheduler.remove(r)
         r.state = FINISHED
         res = r.gen.result

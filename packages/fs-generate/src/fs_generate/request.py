@@ -31,6 +31,7 @@ class Request:
         self.cancelled = False
         self.admitted = False  # it ran once (a preempted request's cached-token report is its first admission's)
         self.forward_passes = 0
+        self.published = 0  # full blocks of its table already offered to the prefix cache
         self.submitted = time.perf_counter()
 
     @property

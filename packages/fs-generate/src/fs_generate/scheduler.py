@@ -98,7 +98,7 @@ class Scheduler:
         """Free ``r``'s blocks and queue it first, to recompute its tokens' K/V when there is room."""
         self.running.remove(r)
         r.table.release()
-        r.table, r.state = None, WAITING
+        r.table, r.state, r.published = None, WAITING, 0
         self.waiting.appendleft(r)
         self.preempted += 1
 
