@@ -126,7 +126,10 @@ BENCHES = {
     "quant_quality": ["benchmarks/quant_quality.py"],
     "invariance_cost": ["benchmarks/invariance_cost.py"],
     "threads": ["benchmarks/threads.py"],
+    "engine_serving": ["benchmarks/engine_serving.py", "--out", "docs/data/engine_serving.json"],
+    "agent_branches": ["benchmarks/agent_branches.py"],
 }
+PEERS = {"cpu_speed", "engine_serving"}  # take --llama-bin
 
 
 @nox.session(default=False)
@@ -144,7 +147,7 @@ def bench(session: nox.Session) -> None:
     llama = ["--llama-bin", str(bindir).strip().splitlines()[-1]]
     for name in chosen:
         session.run(
-            "python", *BENCHES[name], *(llama if name == "cpu_speed" else []), env=ENV | {"RAYON_NUM_THREADS": "1"}
+            "python", *BENCHES[name], *(llama if name in PEERS else []), env=ENV | {"RAYON_NUM_THREADS": "1"}
         )
     session.run("python", "benchmarks/plot_results.py", env=ENV)
 

@@ -131,13 +131,16 @@ def step_scaling(model, long: int, steps: int = 8) -> dict:
     return {"step_128_ms": out[128] * 1e3, f"step_{long}_ms": out[long] * 1e3, "step_ratio": out[long] / out[128]}
 
 
-def llama(bindir: Path, fmt: str, prompt: int, new: int, npl: int) -> dict:
+def llama(bindir: Path, fmt: str, prompt: int, new: int, npl: int, tokenizer: Path) -> dict:
     sys.path.insert(0, "benchmarks")
     from llama_cpp import run_measured
 
     gguf = Path("/tmp/fs-bench") / GGUF[fmt]
-    if not gguf.exists():
-        raise SystemExit(f"{gguf} is missing: run benchmarks/export_gguf.py first")
+    if not gguf.exists():  # the very weights fs runs, exported (cpu_speed.py shares the file)
+        from common import qwen3_06b
+        from export_gguf import export
+
+        export(qwen3_06b("bfloat16"), gguf, GGUF[fmt].split("-")[-1].removesuffix(".gguf"), tokenizer)
     out = {}
     for name, extra in (("llama_no_share", []), ("llama_pps", ["-pps"])):
         ctx = npl * (prompt + new) + 64
@@ -167,6 +170,7 @@ def main() -> None:
     ap.add_argument("--solo", type=int, default=3, help="requests timed one by one (baseline a)")
     ap.add_argument("--long", type=int, default=4096)
     ap.add_argument("--llama-bin", help="directory with llama-batched-bench (benchmarks/llama_cpp.py)")
+    ap.add_argument("--tokenizer", default=str(Path(__file__).resolve().parents[2] / "shared" / "qwen3-tokenizer"))
     ap.add_argument("--out", help="write the results as JSON here")
     args = ap.parse_args()
     prompts, arrivals = workload(args.requests, args.system, args.rate)
@@ -182,7 +186,7 @@ def main() -> None:
         row.update(ttft_cold_warm(model, prompts))
         row.update(step_scaling(model, args.long))
         if args.llama_bin:
-            row.update(llama(Path(args.llama_bin), fmt, mean_prompt, args.new, args.max_batch))
+            row.update(llama(Path(args.llama_bin), fmt, mean_prompt, args.new, args.max_batch, Path(args.tokenizer)))
         row["vs_one_by_one"] = row["aggregate_tps"] / row["one_by_one_tps"]
         row["ttft_warm_speedup"] = row["ttft_cold_p50"] / row["ttft_warm_p50"]
         if args.llama_bin:

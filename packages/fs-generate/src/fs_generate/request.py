@@ -83,7 +83,7 @@ class RequestHandle:
                     left = None if deadline is None else deadline - time.monotonic()
                     if left is not None and left <= 0:
                         raise TimeoutError("the request did not finish in time")
-                    self._cond.wait(0.05 if left is None else min(left, 0.05))
+                    self._cond.wait(0.5 if left is None else min(left, 0.5))  # notified; wakes to recheck the thread
                     continue
             if not self._step_engine() and not self.done and not ready():
                 raise GenerateError("the engine went idle with this request unfinished")
