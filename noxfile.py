@@ -146,9 +146,7 @@ def bench(session: nox.Session) -> None:
     bindir = session.run("python", "benchmarks/llama_cpp.py", "--cache", str(cache), silent=True)
     llama = ["--llama-bin", str(bindir).strip().splitlines()[-1]]
     for name in chosen:
-        session.run(
-            "python", *BENCHES[name], *(llama if name in PEERS else []), env=ENV | {"RAYON_NUM_THREADS": "1"}
-        )
+        session.run("python", *BENCHES[name], *(llama if name in PEERS else []), env=ENV | {"RAYON_NUM_THREADS": "1"})
     session.run("python", "benchmarks/plot_results.py", env=ENV)
 
 

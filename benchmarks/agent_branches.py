@@ -21,7 +21,7 @@ from pathlib import Path
 
 def main() -> None:
     sys.path.insert(0, "benchmarks")
-    from common import qwen3_06b
+    from common import CACHE
 
     from fs_agent import (
         AgentLimits,
@@ -39,6 +39,7 @@ def main() -> None:
     )
     from fs_agent.loop import TOOL_RESULT
     from fs_generate import load
+    from fs_weights import preset, write_random_checkpoint
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--branches", type=int, default=2)
@@ -46,12 +47,11 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--tokenizer", default=str(Path(__file__).resolve().parents[2] / "shared" / "qwen3-tokenizer"))
     args = ap.parse_args()
-    d = qwen3_06b("bfloat16")
-    model_dir = Path(tempfile.mkdtemp(prefix="fs-branches-"))
-    for f in d.iterdir():  # the checkpoint with the real tokenizer beside it
-        (model_dir / f.name).symlink_to(f)
-    for f in ("tokenizer.json", "tokenizer_config.json"):
-        shutil.copy(Path(args.tokenizer) / f, model_dir / f)
+    # the 0.6B shapes with the tokenizer's own vocabulary: a random model must not emit ids the tokenizer lacks
+    model_dir = CACHE / "qwen3-0.6b-bfloat16-agent"
+    if not (model_dir / "config.json").exists():
+        write_random_checkpoint(model_dir, preset("qwen3-0.6b", vocab_size=151669), dtype="bfloat16",
+                                tokenizer=args.tokenizer)  # fmt: skip
     model, tok = load(str(model_dir))
 
     def workspace(root: Path) -> Workspace:
