@@ -76,6 +76,41 @@ if HAVE_NUMBA:
             return widened
         return lambda rows, buf: rows
 
+    def _gather(K, r, g, trow, bs, T, out):  # pragma: no cover - replaced by the overload below
+        return out
+
+    @overload(_gather)
+    def _gather_overload(K, r, g, trow, bs, T, out):  # pragma: no cover - compiled
+        """Positions 0 .. T-1 of head g of K[r] (through the block row ``trow``) into ``out`` [T, D] as float32, a
+        block run at a time: a prefill's queries then read each key once widened, not once per query."""
+        if K.dtype == types.uint16:
+
+            def widened(K, r, g, trow, bs, T, out):
+                D = out.shape[1]
+                dst = out.reshape(-1).view(np.uint32)
+                t = 0
+                while t < T:
+                    n = min(T - t, bs - t % bs)
+                    at = trow[t // bs] * bs + t % bs
+                    src = K[r, g, at : at + n].reshape(n * D)
+                    for x in range(n * D):
+                        dst[t * D + x] = np.uint32(src[x]) << np.uint32(16)
+                    t += n
+                return out
+
+            return widened
+
+        def copied(K, r, g, trow, bs, T, out):
+            t = 0
+            while t < T:
+                n = min(T - t, bs - t % bs)
+                at = trow[t // bs] * bs + t % bs
+                out[t : t + n] = K[r, g, at : at + n]
+                t += n
+            return out
+
+        return copied
+
     def _attend_impl(q, K, V, rows, tables, bs, starts, context, pads, scale, out):  # pragma: no cover - compiled
         """The queries of n sequences, one after another: q/out [N, nh, D], sequence i's at rows starts[i] ..
         starts[i+1]-1, for positions context[i]-len .. context[i]-1, each over the keys up to its own position.
@@ -83,7 +118,8 @@ if HAVE_NUMBA:
         position t at slot tables[i, t // bs] * bs + t % bs - a block pool read in place, or a dense cache
         [B, nkv, capacity, D] with one block per row. The G = nh/nkv query heads of a kv head share each K and V
         row read. Keys before pads[i] are invisible (all invisible: a uniform average, as the reference's finite
-        mask gives).
+        mask gives). Several queries (a prefill chunk) widen the history once into float32 rows (``_gather``); one
+        query (a decode step) widens a tile at a time - the same float32 values either way.
 
         Each query's arithmetic is the same loop over its visible keys in increasing order, whatever the batch,
         the blocks, where the call starts and how much padding its row has: a token attended in a prefill, in an
@@ -100,6 +136,12 @@ if HAVE_NUMBA:
             buf = np.empty((TILE, D), np.float32)
             o = np.empty((G, D), np.float32)
             tot = np.empty(G, np.float32)
+            whole = S > 1
+            Kw = np.empty((T if whole else 0, D), np.float32)
+            Vw = np.empty((T if whole else 0, D), np.float32)
+            if whole:
+                _gather(K, r, g, tables[i], bs, T, Kw)
+                _gather(V, r, g, tables[i], bs, T, Vw)
             for qi in range(S):
                 Ti = T - S + qi + 1  # causal: this query sees keys 0 .. T-S+qi
                 blind = pads[i] >= Ti  # every key masked: equal scores, so a uniform average
@@ -109,8 +151,11 @@ if HAVE_NUMBA:
                 t0 = lo
                 while t0 < Ti:  # tiles end at block ends: a tile is contiguous
                     t1 = min(Ti, t0 + TILE, (t0 // bs + 1) * bs)
-                    at = tables[i, t0 // bs] * bs + t0 % bs
-                    kt = _tile(K[r, g, at : at + t1 - t0], buf)
+                    if whole:
+                        kt = Kw[t0:t1]
+                    else:
+                        at = tables[i, t0 // bs] * bs + t0 % bs
+                        kt = _tile(K[r, g, at : at + t1 - t0], buf)
                     for t in range(t1 - t0):
                         k = kt[t]
                         for j in range(G):
@@ -127,8 +172,11 @@ if HAVE_NUMBA:
                 t0 = lo
                 while t0 < Ti:
                     t1 = min(Ti, t0 + TILE, (t0 // bs + 1) * bs)
-                    at = tables[i, t0 // bs] * bs + t0 % bs
-                    vt = _tile(V[r, g, at : at + t1 - t0], buf)
+                    if whole:
+                        vt = Vw[t0:t1]
+                    else:
+                        at = tables[i, t0 // bs] * bs + t0 % bs
+                        vt = _tile(V[r, g, at : at + t1 - t0], buf)
                     for t in range(t1 - t0):
                         v = vt[t]
                         for j in range(G):
