@@ -47,7 +47,8 @@ def main() -> None:
     fig.tight_layout()
     fig.savefig(out / "cache_and_tokenizer.png", dpi=110)
     cpu_speed(json.loads((ROOT / "docs/data/cpu_speed.json").read_text()), out / "cpu_speed.png")
-    print(f"wrote {out}/model_speed.png, cache_and_tokenizer.png and cpu_speed.png")
+    engine_serving(json.loads((ROOT / "docs/data/engine_serving.json").read_text()), out / "engine_serving.png")
+    print(f"wrote {out}/model_speed.png, cache_and_tokenizer.png, cpu_speed.png and engine_serving.png")
 
 
 def cpu_speed(r: dict, path: Path) -> None:
@@ -73,6 +74,35 @@ def cpu_speed(r: dict, path: Path) -> None:
         ax.set_ylabel("tokens/s")
         ax.set_title(f"Qwen3-0.6B shapes, 2 CPU cores: {title}")
         ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def engine_serving(r: dict, path: Path) -> None:
+    """The engine issue's run: aggregate generated tok/s of the same requests four ways, per weight format."""
+    ways = [
+        ("fs Engine", "aggregate_tps", "#2b6cb0"),
+        ("fs one by one", "one_by_one_tps", "#90cdf4"),
+        ("llama.cpp batched", "llama_no_share", "#dd6b20"),
+        ("llama.cpp batched, -pps", "llama_pps", "#fbd38d"),
+    ]
+    fmts = list(r["results"])
+    fig, ax = plt.subplots(figsize=(8, 3.4))
+    for j, (label, key, color) in enumerate(ways):
+        xs = [i + (j - 1.5) * 0.2 for i in range(len(fmts))]
+        ys = [r["results"][f].get(key, 0.0) for f in fmts]
+        ax.bar(xs, ys, width=0.2, color=color, label=label)
+        for x, y in zip(xs, ys, strict=True):
+            ax.text(x, y, f"{y:.1f}" if y else "n/a", ha="center", va="bottom", fontsize=7)
+    w = r["workload"]
+    ax.set_xticks(range(len(fmts)), fmts)
+    ax.set_ylabel("generated tokens/s")
+    ax.set_title(
+        f"{w['requests']} requests, {w['system']}-token shared prompt + {w['user']}, {w['new']} new each, "
+        f"batch {w['max_batch']} ({r['date']})",
+        fontsize=9,
+    )
+    ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
