@@ -72,3 +72,33 @@ def test_help_is_a_manual(capsys):
     text = capsys.readouterr().out
     for words in ("--chat", "--top-p", "greedy", "exit codes", "--max-kv-size", "--repetition-penalty"):
         assert words in text
+
+
+def test_constraint_flags(tiny_dir, tmp_path, capsys):
+    schema = tmp_path / "schema.json"
+    schema.write_text('{"type": "object", "properties": {"n": {"type": "integer", "minimum": 0, "maximum": 9}}, '
+                      '"required": ["n"], "additionalProperties": false}')  # fmt: skip
+    assert main(["--model", str(tiny_dir), "--prompt", "x", "--json-schema", str(schema), "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["finish_reason"] == "stop" and 0 <= json.loads(got["text"])["n"] <= 9
+    assert main(["--model", str(tiny_dir), "--prompt", "x", "--regex", "[ab]{3}", "--json", "--eos-token-id", "0"]) == 0
+    assert json.loads(capsys.readouterr().out)["text"] in {a + b + c for a in "ab" for b in "ab" for c in "ab"}
+    grammar = tmp_path / "g.lark"
+    grammar.write_text('start: "on" | "off"\n')
+    assert main(["--model", str(tiny_dir), "--prompt", "x", "--grammar", str(grammar), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["text"] in ("on", "off")
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--json-schema", "{bad"], "--json-schema: not a file and not JSON"),
+        (["--grammar", "/no/such/file.lark"], "--grammar: cannot read /no/such/file.lark"),
+        (["--regex", "a", "--grammar", "/dev/null"], "at most one of json_schema, regex and grammar"),
+        (["--regex", "(unclosed"], "invalid regex"),
+    ],
+)
+def test_bad_constraint_flags_fail_before_loading(flags, message, capsys):
+    assert main(["--model", "/no/model/here", "--prompt", "x", *flags]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "loading" not in err

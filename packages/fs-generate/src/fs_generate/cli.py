@@ -10,6 +10,7 @@ import resource
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from fs_kvcache import KVCacheError
@@ -19,6 +20,7 @@ from fs_weights import WeightsError
 from fs_weights.command_line import non_negative_float, non_negative_int, positive_float, positive_int, run_main
 from fs_weights.jsonfile import decode_utf8
 
+from .constraints import compile_grammar
 from .demo import demo_banner
 from .errors import GenerateError
 from .generate import Generator
@@ -81,6 +83,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--max-kv-size", type=positive_int, help="context limit in tokens (default: max_position_embeddings)"
     )
+    ap.add_argument("--json-schema", metavar="FILE|JSON", help="constrain the output to this JSON schema")
+    ap.add_argument("--regex", help="constrain the output to match this regular expression")
+    ap.add_argument("--grammar", metavar="FILE", help="constrain the output to this Lark grammar")
     ap.add_argument("--eos-token-id", type=non_negative_int, action="append", help="override the EOS set (repeatable)")
     ap.add_argument("--verbose", action="store_true", help="print the prompt IDs and per-token log-probabilities")
     ap.add_argument("--json", action="store_true", help="print one JSON object at the end instead of streaming")
@@ -109,6 +114,32 @@ def main(argv: list[str] | None = None) -> int:
     return run_main("fs-generate", lambda: _run(args), KNOWN_ERRORS)
 
 
+def _constraint(args: argparse.Namespace) -> dict[str, Any]:
+    """--json-schema (a file, else JSON text), --regex, --grammar (a file) as generate's keyword, compiled once here
+    so a bad one fails before the model loads."""
+    kw: dict[str, Any] = {}
+    if args.json_schema is not None:
+        path = Path(args.json_schema)
+        text = _read(path, "--json-schema") if path.is_file() else args.json_schema
+        try:
+            kw["json_schema"] = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise GenerateError(f"--json-schema: not a file and not JSON ({e})") from None
+    if args.regex is not None:
+        kw["regex"] = args.regex
+    if args.grammar is not None:
+        kw["grammar"] = _read(Path(args.grammar), "--grammar")
+    compile_grammar(**kw)
+    return kw
+
+
+def _read(path: Path, flag: str) -> str:
+    try:
+        return decode_utf8(path.read_bytes(), str(path), GenerateError)
+    except OSError as e:
+        raise GenerateError(f"{flag}: cannot read {path}: {e.strerror}") from None
+
+
 def _run(args: argparse.Namespace) -> int:
     out, err = sys.stdout, sys.stderr
     if args.threads is not None:
@@ -118,6 +149,7 @@ def _run(args: argparse.Namespace) -> int:
     prompt_text = (
         decode_utf8(sys.stdin.buffer.read(), "standard input", GenerateError) if args.prompt == "-" else args.prompt
     )
+    constraint = _constraint(args)  # checked before the model loads
     t0 = time.perf_counter()
     if args.model is None:
         print(demo_banner(), file=err)
@@ -159,6 +191,7 @@ def _run(args: argparse.Namespace) -> int:
         eos_token_ids=args.eos_token_id,
         repetition_penalty=args.repetition_penalty,
         context_limit=args.max_kv_size,
+        **constraint,
     )
     if args.verbose:
         print(f"prompt ids ({len(g.prompt)}): {g.prompt}", file=err)

@@ -130,6 +130,9 @@ class Engine:
         eos_token_ids: Iterable[int] | None = None,
         repetition_penalty: float | None = None,
         logprobs: bool = False,
+        json_schema: Any = None,
+        regex: str | None = None,
+        grammar: str | None = None,
     ) -> RequestHandle:
         """Queue a request (checked here: a bad argument raises ``GenerateError`` in the caller's thread).
         ``logprobs``: accepted for the server's sake; every ``Generation`` carries its tokens' log-probabilities."""
@@ -146,6 +149,9 @@ class Engine:
             stop=stop,
             eos_token_ids=eos_token_ids,
             repetition_penalty=repetition_penalty,
+            json_schema=json_schema,
+            regex=regex,
+            grammar=grammar,
         )
         with self._lock:
             self._ids += 1

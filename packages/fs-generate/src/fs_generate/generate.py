@@ -16,6 +16,7 @@ import numpy as np
 from fs_kvcache import DenseKVCache
 from fs_model import CausalLM
 
+from .constraints import make_constraint
 from .errors import GenerateError
 from .sampling import SamplingParams, choose, logprob
 from .step import PREFILL_CHUNK, generate_step, last_logits, tokens_for
@@ -97,6 +98,9 @@ class Generator:
         context_limit: int | None = None,
         use_cache: bool = True,
         prefix_cache: Any = None,
+        json_schema: Any = None,
+        regex: str | None = None,
+        grammar: str | None = None,
     ):
         if type(max_new_tokens) is not int or max_new_tokens < 0:
             raise GenerateError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
@@ -107,6 +111,8 @@ class Generator:
         self.stops = StopStrings(stop)
         self.eos = resolve_eos(model, tokenizer, eos_token_ids)
         self.prompt = prompt_ids(model, tokenizer, prompt)
+        # at most one of json_schema / regex / grammar: a mask over the vocabulary before every choice
+        self.constraint = make_constraint(tokenizer, model.vocab_size, self.eos, json_schema, regex, grammar)
         limit = model.config.max_position_embeddings
         if context_limit is not None:
             if type(context_limit) is not int or context_limit < 1:
@@ -136,7 +142,9 @@ class Generator:
         return True
 
     def sample(self, logits: np.ndarray) -> int:
-        """The next token from ``logits [V]`` under this request's sampling parameters and seed."""
+        """The next token from ``logits [V]`` under this request's sampling parameters, seed and constraint."""
+        if self.constraint is not None:
+            logits = self.constraint.mask(logits)
         return choose(logits, self.params, self.rng, self.seq)
 
     def accept(self, logits: np.ndarray) -> GenerationStep:
@@ -150,6 +158,12 @@ class Generator:
         if token in self.eos:
             r.finish_reason, r.eos_token_id = "eos", token
             return self._finish(GenerationStep(token, "", lp, "eos"))
+        c = self.constraint
+        if c is not None:
+            if token in c.ends:  # the grammar's end with EOS switched off: complete output, nothing appended
+                r.finish_reason = "stop"
+                return self._finish(GenerationStep(token, "", lp, "stop"))
+            c.accept(token)
         r.token_ids.append(token)
         r.logprobs.append(lp)
         self.seq.append(token)
@@ -162,6 +176,9 @@ class Generator:
             step = self._finish(GenerationStep(token, delta, lp, "stop"))
             r.text = r.text[:cut]
             return step
+        if c is not None and c.stopped:  # the grammar admits nothing more
+            r.finish_reason = "stop"
+            return self._finish(GenerationStep(token, delta, lp, "stop"))
         if len(r.token_ids) >= self.max_new or len(self.seq) >= self.limit:
             r.finish_reason = "length" if len(r.token_ids) >= self.max_new else "context"
             return self._finish(GenerationStep(token, delta, lp, r.finish_reason))

@@ -36,6 +36,7 @@ class Tokenizer:
         source: str = "<dict>",
     ):
         self.source = source
+        self.spec = spec
         # what this tokenizer is: SHA-256 of the files it was read from (set by from_pretrained; "" for a dict)
         self.digest = ""
         try:
@@ -183,6 +184,11 @@ class Tokenizer:
         return StreamDecoder(to_bytes)
 
     # --- vocabulary -----------------------------------------------------------------------------------------
+
+    def to_json(self) -> str:
+        """The tokenizer.json this tokenizer was built from (for vocab.json + merges.txt, the equivalent one), as
+        JSON text: what another library given "the same tokenizer" loads (llguidance's token masks)."""
+        return json.dumps(self.spec, ensure_ascii=False)
 
     @property
     def vocab_size(self) -> int:

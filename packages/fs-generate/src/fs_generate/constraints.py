@@ -1,0 +1,124 @@
+"""Constrained decoding: a request's output must match a JSON schema, a regular expression or a Lark grammar.
+
+Why a library: deciding which of 151,936 tokens may come next under a grammar is an incremental parser over the
+token vocabulary's bytes. llguidance (Rust; what llama.cpp and vLLM use) computes that mask in about a millisecond
+per token here. fs builds llguidance's view of the vocabulary from the very tokenizer.json fs-tokenizer loaded
+(``Tokenizer.to_json``), sized to the model's logits, with the request's EOS ids as the grammar's end.
+
+Contract, per step: ``mask(logits [V]) -> logits`` with every token the grammar cannot take next set to -inf
+(EOS stays allowed only where the grammar may end); ``accept(token)`` advances the parser. Sampling then runs
+unchanged on the masked logits, so greedy picks the best allowed token and a seeded draw stays reproducible.
+``stopped`` turns True once the grammar admits nothing more; the request then ends with ``finish_reason="stop"``.
+
+JSON schemas compile with compact whitespace (``{"a":1}``): with llguidance's flexible default a small model
+filled its budget with spaces and newlines (the structured-output issue measured 0 of 9 outputs complete at 96
+tokens, 9 of 9 with compact whitespace).
+"""
+
+import json
+import threading
+from typing import Any
+
+import numpy as np
+
+from .errors import GenerateError
+
+_VIEWS: dict[tuple[str, int, tuple[int, ...]], Any] = {}  # building one costs ~1.4 s: once per tokenizer
+_LOCK = threading.Lock()
+
+
+def _view(tokenizer: Any, vocab_size: int, eos: tuple[int, ...]) -> Any:
+    import llguidance
+
+    if tokenizer is None or not hasattr(tokenizer, "to_json"):
+        raise GenerateError("constrained decoding needs the model's tokenizer (an fs_tokenizer.Tokenizer)")
+    key = (getattr(tokenizer, "digest", "") or str(id(tokenizer)), vocab_size, eos)
+    with _LOCK:
+        if key not in _VIEWS:
+            _VIEWS[key] = llguidance.LLTokenizer(tokenizer.to_json(), n_vocab=vocab_size, eos_token=list(eos))
+        return _VIEWS[key]
+
+
+def compile_grammar(json_schema: Any = None, regex: str | None = None, grammar: str | None = None) -> str | None:
+    """llguidance's grammar text for the one constraint given (None when none is)."""
+    import llguidance
+
+    given = [n for n, v in (("json_schema", json_schema), ("regex", regex), ("grammar", grammar)) if v is not None]
+    if len(given) > 1:
+        raise GenerateError(f"give at most one of json_schema, regex and grammar, got {', '.join(given)}")
+    if not given:
+        return None
+    try:
+        if json_schema is not None:
+            text = json_schema if isinstance(json_schema, str) else json.dumps(json_schema)
+            json.loads(text)
+            out = llguidance.LLMatcher.grammar_from_json_schema(text, defaults={"whitespace_flexible": False})
+        elif regex is not None:
+            if not isinstance(regex, str):
+                raise GenerateError(f"regex must be a str, got {type(regex).__name__}")
+            out = llguidance.LLMatcher.grammar_from_regex(regex)
+        else:
+            if not isinstance(grammar, str):
+                raise GenerateError(f"grammar must be Lark text (a str), got {type(grammar).__name__}")
+            out = llguidance.LLMatcher.grammar_from_lark(grammar)
+    except (ValueError, TypeError) as e:  # json.loads, or llguidance refusing the text outright
+        raise GenerateError(f"invalid {given[0]}: {e}") from None
+    check(str(out), None, given[0])
+    return str(out)
+
+
+def check(grammar: str, view: Any, kind: str) -> None:
+    """llguidance's own validation (syntax, undefined rules, bad regexes; with a tokenizer view, its tokens)."""
+    import llguidance
+
+    problem = llguidance.LLMatcher.validate_grammar(grammar, view)
+    if problem:  # several lines with a caret under the place: one line here, the lines kept in order
+        lines = [line.strip() for line in problem.splitlines() if line.strip()]
+        raise GenerateError(f"invalid {kind}: " + "; ".join(lines))
+
+
+class Constraint:
+    def __init__(self, grammar: str, tokenizer: Any, vocab_size: int, eos: frozenset[int], kind: str = "grammar"):
+        import llguidance
+
+        # the grammar's end: the request's EOS ids, else the tokenizer's (EOS switched off still needs an end)
+        ends = tuple(sorted(eos)) or tuple(getattr(tokenizer, "eos_token_ids", ()) or ())
+        if not ends:
+            raise GenerateError("constrained decoding needs an EOS id to end on (eos_token_ids is empty)")
+        self.ends = frozenset(ends)
+        view = _view(tokenizer, vocab_size, ends)
+        check(grammar, view, kind)
+        self.matcher = llguidance.LLMatcher(view, grammar)
+        if self.matcher.is_error():
+            raise GenerateError(f"invalid {kind}: {self.matcher.get_error()}")
+        self.vocab_size = vocab_size
+        self._bits = np.zeros((vocab_size + 31) // 32, np.int32)
+
+    def allowed(self) -> np.ndarray:
+        """bool [V]: the tokens the grammar can take next."""
+        self.matcher.unsafe_compute_mask_ptr(self._bits.ctypes.data, self._bits.nbytes)
+        return np.unpackbits(self._bits.view(np.uint8), bitorder="little")[: self.vocab_size].astype(bool)
+
+    def mask(self, logits: np.ndarray) -> np.ndarray:
+        ok = self.allowed()
+        if ok.shape[0] != logits.shape[0]:
+            raise GenerateError(f"the constraint covers {ok.shape[0]} tokens but the logits have {logits.shape[0]}")
+        return np.where(ok, logits, np.float32(-np.inf)).astype(np.float32)
+
+    def accept(self, token: int) -> None:
+        if not self.matcher.consume_token(token):
+            raise GenerateError(f"token {token} does not fit the constraint: {self.matcher.get_error()}")
+
+    @property
+    def stopped(self) -> bool:
+        return bool(self.matcher.is_stopped())
+
+
+def make_constraint(
+    tokenizer: Any, vocab_size: int, eos: frozenset[int], json_schema: Any, regex: Any, grammar: Any
+) -> Constraint | None:
+    text = compile_grammar(json_schema, regex, grammar)
+    if text is None:
+        return None
+    kind = "json_schema" if json_schema is not None else "regex" if regex is not None else "grammar"
+    return Constraint(text, tokenizer, vocab_size, eos, kind)
