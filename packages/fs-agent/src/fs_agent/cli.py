@@ -25,7 +25,7 @@ from .confined import STATE_DIR
 from .evaluation import EvaluationCase, FileExpectation, ReceiptExpectation, ResultExpectation
 from .generation import generate_response
 from .loop import AgentEvent, AgentLimits, run_agent, run_to_checkpoint
-from .protocol import AgentError, ToolAction, action_json
+from .protocol import AgentError, ToolAction, action_json, action_schema
 from .receipts import ReceiptStore, repair_log
 from .task_packages import PackageError, grade_package
 from .workspace import ApprovalDecision, ToolPolicy, Workspace
@@ -139,9 +139,12 @@ def cmd_run(args: argparse.Namespace, stdin: TextIO, out: TextIO) -> int:
         atomic_write_text(run_dir / "run.json", json.dumps(meta, indent=2) + "\n")
         print(f"checkpoint> {cp.checkpoint_id} saved in {run_dir}", file=out)
         return 0
+    schema = None if args.no_constrain else action_schema(ws.available_tools)
     run = run_agent(
         task,
-        lambda m: generate_response(model, tok, m, lambda: model.make_cache(), args.max_tokens, args.enable_thinking),
+        lambda m: generate_response(
+            model, tok, m, lambda: model.make_cache(), args.max_tokens, args.enable_thinking, schema
+        ),
         ws,
         limits,
         on_event=_print_event(out),
@@ -352,6 +355,11 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--model", required=True, help="model directory or Hugging Face id")
     run.add_argument("--save-run", help="stop at a tool boundary and save checkpoint.json + run.json here")
     run.add_argument("--checkpoint-after", type=positive_int, default=1, help="tool calls before the checkpoint")
+    run.add_argument(
+        "--no-constrain",
+        action="store_true",
+        help="decode actions freely (default: under the action schema, so every response parses)",
+    )
     run.add_argument("task", nargs="+")
     fork.add_argument("run_dir")
     fork.add_argument("--model")
