@@ -24,6 +24,17 @@ from fs_agent import (
 from fs_agent.loop import TOOL_RESULT
 
 CASE = EvaluationCase(final_contains="done", files=(FileExpectation("app.py", "answer = 2\n"),))
+# actions short enough for a random model to finish in 24 tokens: real reads, listings and answers
+SHORT_ACTIONS = {
+    "anyOf": [
+        {"type": "object", "properties": {"final": {"type": "string", "minLength": 1, "maxLength": 6}},
+         "required": ["final"], "additionalProperties": False},
+        {"type": "object", "properties": {"tool": {"const": "read_file"}, "path": {"enum": ["app.py", "nope.py"]}},
+         "required": ["tool", "path"], "additionalProperties": False},
+        {"type": "object", "properties": {"tool": {"const": "list_files"}}, "required": ["tool"],
+         "additionalProperties": False},
+    ]
+}  # fmt: skip
 STEERING = {"validate-only": "only run the validation command", "try-extra-edit": "try one more edit"}
 
 
@@ -47,7 +58,10 @@ def workspace(root):
     return Workspace(policy, confirm_tool=lambda a: True, receipt_store=ReceiptStore(root / "receipts.jsonl"))
 
 
-def test_concurrent_branches_equal_sequential_ones(tiny, tmp_path):
+@pytest.mark.parametrize("constrained", [False, True], ids=["free", "action-schema"])
+def test_concurrent_branches_equal_sequential_ones(tiny, tmp_path, constrained):
+    """Free, a random model's replies are invalid actions; under the action schema they are real tool calls (files
+    read and written): either way each branch's run, files and receipts are the sequential ones."""
     model, tok = tiny
     root = tmp_path / "prefix"
     root.mkdir()
@@ -59,7 +73,8 @@ def test_concurrent_branches_equal_sequential_ones(tiny, tmp_path):
         {"role": "assistant", "content": tool("read_file", path="app.py")},
         {"role": "user", "content": TOOL_RESULT + "answer = 1\n"},
     ]
-    base = KvPrefixGenerator(model, tok, max_tokens=24)
+    schema = SHORT_ACTIONS if constrained else None
+    base = KvPrefixGenerator(model, tok, max_tokens=24, json_schema=schema)
     cp = create_checkpoint(task, messages, base.save_checkpoint(messages))
     limits = AgentLimits(max_steps=3)
     dirs = {}
@@ -96,6 +111,7 @@ def test_concurrent_branches_equal_sequential_ones(tiny, tmp_path):
         tok,
         max_tokens=24,
         limits=limits,
+        json_schema=schema,
     )
     n = len(cp.model.cached_token_ids)
     for a, b in zip(alone, together, strict=True):
@@ -106,6 +122,8 @@ def test_concurrent_branches_equal_sequential_ones(tiny, tmp_path):
         for f in ("app.py", "receipts.jsonl"):
             assert (dirs["sequential", a.name] / f).read_bytes() == (dirs["concurrent", a.name] / f).read_bytes()
     assert len({e.response for o in together for e in o.run.events}) > 1  # the branches really differ
+    if constrained:
+        assert all(e.action is not None for o in together for e in o.run.events)
 
 
 def test_run_branches_refuses_duplicate_names(tiny, tmp_path):

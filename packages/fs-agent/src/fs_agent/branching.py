@@ -68,7 +68,10 @@ class KvPrefixGenerator:
     """A ``generate(messages) -> str`` that saves one rendered prefix's per-layer K/V and serves every later call
     (and every fork) from it: only the suffix after the saved prefix is ever prefilled."""
 
-    def __init__(self, model: Any, tokenizer: Any, max_tokens: int, enable_thinking: bool = False):
+    def __init__(
+        self, model: Any, tokenizer: Any, max_tokens: int, enable_thinking: bool = False, json_schema: Any = None
+    ):
+        """``json_schema``: decode every response under it (e.g. ``protocol.action_schema``); None decodes freely."""
         if type(max_tokens) is not int or max_tokens <= 0:
             raise ValueError("max_tokens must be a positive integer")
         if type(enable_thinking) is not bool:
@@ -84,7 +87,7 @@ class KvPrefixGenerator:
             max_tokens,
             enable_thinking,
         )
-        self.layers = layers
+        self.layers, self.json_schema = layers, json_schema
         self.response_index = 0
         self._prefix: _Prefix | None = None
         self._restored = False
@@ -142,7 +145,7 @@ class KvPrefixGenerator:
     def fork(self) -> "KvPrefixGenerator":
         if self._prefix is None:
             raise AgentError("save a prefix checkpoint before forking")
-        child = KvPrefixGenerator(self.model, self.tokenizer, self.max_tokens, self.enable_thinking)
+        child = KvPrefixGenerator(self.model, self.tokenizer, self.max_tokens, self.enable_thinking, self.json_schema)
         child._prefix = self._prefix  # shared by reference: tokens, checkpoint and K/V arrays
         child.response_index, child._reuse = self.response_index, self._reuse
         return child
@@ -155,7 +158,7 @@ class KvPrefixGenerator:
         n = len(prefix.tokens)
         check_extends(ids, prefix.tokens)
         caches = [DenseKVCache(key_values=kv) for kv in prefix.key_values]
-        out = greedy_decode(self.model, self.tokenizer, ids[n:], caches, n, self.max_tokens)
+        out = greedy_decode(self.model, self.tokenizer, ids[n:], caches, n, self.max_tokens, self.json_schema)
         self.response_index += 1
         self._reuse = PrefixReuse(n, prefix.checkpoint.layer_offsets, n)
         return self.tokenizer.decode(out)

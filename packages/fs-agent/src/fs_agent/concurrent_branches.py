@@ -40,12 +40,18 @@ class EngineBranchGenerator:
     shared engine: greedy, the model's EOS set, at most ``max_tokens`` per response."""
 
     def __init__(
-        self, engine: Engine, tokenizer: Any, checkpoint: ModelCheckpoint, max_tokens: int, enable_thinking: bool
+        self,
+        engine: Engine,
+        tokenizer: Any,
+        checkpoint: ModelCheckpoint,
+        max_tokens: int,
+        enable_thinking: bool,
+        json_schema: Any = None,
     ):
         if type(max_tokens) is not int or max_tokens <= 0:
             raise ValueError("max_tokens must be a positive integer")
         self.engine, self.tokenizer, self.checkpoint = engine, tokenizer, checkpoint
-        self.max_tokens, self.enable_thinking = max_tokens, enable_thinking
+        self.max_tokens, self.enable_thinking, self.json_schema = max_tokens, enable_thinking, json_schema
         self.response_index = checkpoint.response_index
         self._restored = False
         n = len(checkpoint.cached_token_ids)
@@ -66,7 +72,7 @@ class EngineBranchGenerator:
         ids = render_ids(self.tokenizer, messages, True, self.enable_thinking)
         prefix = self.checkpoint.cached_token_ids
         check_extends(ids, prefix)
-        done = self.engine.submit(ids, max_new_tokens=self.max_tokens).result()
+        done = self.engine.submit(ids, max_new_tokens=self.max_tokens, json_schema=self.json_schema).result()
         self.response_index += 1
         self._reuse = PrefixReuse(len(prefix), self.checkpoint.layer_offsets, min(done.cached_tokens, len(prefix)))
         return str(self.tokenizer.decode(done.token_ids))
@@ -82,9 +88,10 @@ def run_branches(
     enable_thinking: bool = False,
     limits: AgentLimits | None = None,
     engine: Engine | None = None,
+    json_schema: Any = None,
 ) -> list[BranchOutcome]:
     """Every branch concurrently from ``checkpoint`` in one engine (``engine``, else one made for ``model``);
-    outcomes in the order given."""
+    outcomes in the order given. ``json_schema`` constrains every response (as ``KvPrefixGenerator``'s)."""
     names = [b.name for b in branches]
     if not branches or len(set(names)) != len(names):
         raise ValueError(f"run_branches needs branches with distinct names, got {names!r}")
@@ -103,7 +110,7 @@ def run_branches(
                     b.name,
                     b.steering,
                     checkpoint,
-                    EngineBranchGenerator(engine, tokenizer, cp, max_tokens, enable_thinking),
+                    EngineBranchGenerator(engine, tokenizer, cp, max_tokens, enable_thinking, json_schema),
                     b.workspace,
                     b.receipts,
                     b.case,

@@ -217,7 +217,12 @@ class Engine:
             if not r.gen.result.token_ids and r.gen._t0 == 0.0:  # its first token: the prompt is in the blocks
                 r.gen.result.prompt_seconds = now - r.submitted
                 r.gen._t0 = now
-            r.handle._push(r.gen.accept(logits[i]))
+            try:
+                step = r.gen.accept(logits[i])
+            except Exception as e:  # one request's rules failing (a constraint, a decoder) fail only it
+                self._finish(r, error=f"{type(e).__name__}: {e}")
+                continue
+            r.handle._push(step)
             if r.gen.done:
                 self._finish(r)
 
