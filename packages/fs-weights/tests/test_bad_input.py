@@ -11,7 +11,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from fs_weights import (
@@ -174,6 +174,8 @@ def test_a_file_truncated_after_it_was_mapped_is_an_error_not_sigbus_or_zeros(tm
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.binary(max_size=64), st.integers(0, 200))
+@example(b"0", 1)  # a header that is a bare JSON number (hypothesis found it: a TypeError in the depth check)
+@example(b'"x"', 3)
 def test_arbitrary_bytes_are_a_safetensors_error_or_a_valid_file(tmp_path, tail, n):
     path = tmp_path / "fuzz.safetensors"
     path.write_bytes(struct.pack("<Q", n) + tail)

@@ -48,8 +48,9 @@ def read_json(path: str | Path, error: type[Exception] = WeightsError) -> Any:
 
 
 def check_depth(value: Any, source: str, error: type[Exception] = WeightsError, limit: int = MAX_DEPTH) -> None:
-    """Iterative (no recursion of its own): containers only, so a flat 150k-entry vocabulary costs one pass."""
-    stack = [(value, 1)]
+    """Iterative (no recursion of its own): containers only, so a flat 150k-entry vocabulary costs one pass. A bare
+    scalar (a file holding just ``0``) has no depth to check; its caller refuses its type."""
+    stack = [(value, 1)] if type(value) in (dict, list) else []
     while stack:
         node, depth = stack.pop()
         if depth > limit:
