@@ -139,3 +139,14 @@ def test_a_sequence_on_a_full_pool_takes_cache_only_blocks_and_refuses_past_them
     with pytest.raises(KVCacheError, match="1 more blocks needed, 0 free or evictable"):
         grow.update_and_fetch(*kv_for([5]))
     assert grow.offset == 3 * BS  # refused before writing anything
+
+
+@settings(max_examples=50, deadline=None)
+@given(tokens=st.lists(st.integers(0, 3), max_size=60), cuts=st.lists(st.integers(0, 60), max_size=4))
+def test_extended_keys_equal_keys_computed_at_once(tokens, cuts):
+    """A sequence growing block by block keeps its keys (the engine does); they must be the keys of the whole."""
+    cache = BlockPrefixCache(BlockPool(num_blocks=4, block_size=BS), "model")
+    keys: list[bytes] = []
+    for n in [*sorted(cuts), len(tokens)]:
+        cache.extend_keys(keys, tokens[: min(n, len(tokens))])
+    assert keys == cache.keys(tokens)

@@ -231,7 +231,8 @@ class Engine:
         a request arriving mid-prefill shares the blocks already done, a follow-up turn the whole conversation."""
         full = r.table.length // self.pool.block_size
         if self.prefix is not None and full > r.published:
-            self.prefix.publish(r.gen.seq[: r.table.length], r.table.blocks)
+            done = r.gen.seq[: r.table.length]
+            self.prefix.publish(done, r.table.blocks, self.prefix.extend_keys(r.block_keys, done))
             r.published = full
 
     def _finish(self, r: Request, *, cancelled: bool = False, error: str | None = None) -> None:

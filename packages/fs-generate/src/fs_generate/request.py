@@ -32,6 +32,7 @@ class Request:
         self.admitted = False  # it ran once (a preempted request's cached-token report is its first admission's)
         self.forward_passes = 0
         self.published = 0  # full blocks of its table already offered to the prefix cache
+        self.block_keys: list[bytes] = []  # the prefix cache's key of each full block of its tokens (they persist)
         self.submitted = time.perf_counter()
 
     @property

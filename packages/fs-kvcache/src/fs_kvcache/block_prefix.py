@@ -44,11 +44,17 @@ class BlockPrefixCache:
 
     def keys(self, tokens: Sequence[int]) -> list[bytes]:
         """The chained key of every full block of ``tokens``."""
-        bs, out, prev = self.pool.block_size, [], self.root
-        for a in range(0, len(tokens) - bs + 1, bs):
+        return self.extend_keys([], tokens)
+
+    def extend_keys(self, keys: list[bytes], tokens: Sequence[int]) -> list[bytes]:
+        """``keys`` - the keys of ``tokens``' first ``len(keys)`` full blocks - extended in place to all of them: a
+        growing sequence hashes each block once, not its whole prefix again at every new block."""
+        bs = self.pool.block_size
+        prev = keys[-1] if keys else self.root
+        for a in range(len(keys) * bs, len(tokens) - bs + 1, bs):
             prev = hashlib.sha256(prev + np.asarray(tokens[a : a + bs], np.int64).tobytes()).digest()
-            out.append(prev)
-        return out
+            keys.append(prev)
+        return keys
 
     def lookup(self, tokens: Sequence[int]) -> list[int]:
         """Blocks holding the K/V of the longest cached run of ``tokens``' full blocks, from the first; the caller
@@ -66,11 +72,12 @@ class BlockPrefixCache:
         self.hits += len(found)
         return found
 
-    def publish(self, tokens: Sequence[int], table: Sequence[int]) -> int:
+    def publish(self, tokens: Sequence[int], table: Sequence[int], keys: list[bytes] | None = None) -> int:
         """Make the full blocks of ``tokens`` (held in ``table``'s blocks, in order) findable; returns how many
-        were new. A block already cached under its key stays; the cache takes one reference on each new one."""
+        were new. A block already cached under its key stays; the cache takes one reference on each new one.
+        ``keys``: the blocks' keys when the caller keeps them (``extend_keys``), else computed here."""
         bs, new = self.pool.block_size, 0
-        keys = self.keys(tokens)
+        keys = self.keys(tokens) if keys is None else keys[: len(tokens) // bs]
         if len(table) < len(keys):
             raise KVCacheError(f"{len(tokens)} tokens fill {len(keys)} blocks but the table has {len(table)}")
         for i in reversed(range(len(keys))):  # the prefix's start ends up most recent
