@@ -21,7 +21,15 @@ nox.options.default_venv_backend = "uv"
 nox.options.sessions = ["tests", "kernels", "parity", "lint"]
 
 ROOT = Path(__file__).parent
-PACKAGES = ["fs-tokenizer", "fs-weights", "fs-kvcache", "fs-model", "fs-generate", "fs-agent"]  # low to high
+PACKAGES = [
+    "fs-tokenizer",
+    "fs-weights",
+    "fs-kvcache",
+    "fs-model",
+    "fs-generate",
+    "fs-agent",
+    "fs-serve",
+]  # low to high
 APPLE_SILICON = platform.system() == "Darwin" and platform.machine() == "arm64"
 QUICK = "not parity and not slow and not metal and not kernels"
 ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}

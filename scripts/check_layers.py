@@ -14,7 +14,15 @@ from pathlib import Path
 from packaging.requirements import Requirement
 
 ROOT = Path(__file__).resolve().parents[1]
-LAYER = {"fs-tokenizer": 0, "fs-weights": 0, "fs-kvcache": 0, "fs-model": 1, "fs-generate": 2, "fs-agent": 3}
+LAYER = {
+    "fs-tokenizer": 0,
+    "fs-weights": 0,
+    "fs-kvcache": 0,
+    "fs-model": 1,
+    "fs-generate": 2,
+    "fs-agent": 3,
+    "fs-serve": 3,
+}
 
 
 def main() -> int:

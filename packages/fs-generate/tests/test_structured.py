@@ -153,3 +153,19 @@ def test_bad_constraints_are_clear_errors(tiny):
         generate(model, tok, "x", max_new_tokens=3, grammar="start: undefined_rule")
     with pytest.raises(GenerateError, match="needs the model's tokenizer"):
         generate(model, None, [1, 2], max_new_tokens=3, regex="a")
+
+
+def test_the_prefetched_mask_never_races_the_parser(tiny):
+    # llguidance refuses a matcher touched while a worker computes its mask ("Already mutably borrowed"): the
+    # state a caller reads right after accept (stopped) must not reach into the matcher then
+    from fs_generate.constraints import PREFETCH, make_constraint
+
+    model, tok = tiny
+    assert PREFETCH
+    for _ in range(20):
+        c = make_constraint(tok, model.vocab_size, frozenset(tok.eos_token_ids), {"type": "object"}, None, None)
+        ids = tok.encode('{"a":[1,2,{"b":"c"}]}')
+        for i, t in enumerate(ids):
+            assert c.allowed()[t]
+            c.accept(t)
+            assert c.stopped == (i == len(ids) - 1)  # the closing brace ends the object

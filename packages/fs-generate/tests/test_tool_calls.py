@@ -99,3 +99,10 @@ def test_tool_call_grammar_refuses_bad_tools():
     with pytest.raises(ValueError, match="function name"):
         tool_call_grammar([{"function": {"parameters": {}}}], 1, 2)
     assert ToolCall("f", {"k": "ü"}, "").arguments_json == '{"k":"ü"}'  # compact, not ASCII-escaped
+
+
+def test_without_tools_a_tool_call_block_is_content():
+    p = OutputParser(tool_calls=False)
+    out = [*p.feed(TEXT[:40]), *p.feed(TEXT[40:]), *p.close()]
+    assert "".join(v for k, v in out if k == "content") == TEXT.split("</think>", 1)[1]
+    assert {k for k, _ in out} == {"reasoning", "content"}

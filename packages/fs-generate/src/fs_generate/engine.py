@@ -133,6 +133,7 @@ class Engine:
         json_schema: Any = None,
         regex: str | None = None,
         grammar: str | None = None,
+        top_logprobs: int = 0,
     ) -> RequestHandle:
         """Queue a request (checked here: a bad argument raises ``GenerateError`` in the caller's thread).
         ``logprobs``: accepted for the server's sake; every ``Generation`` carries its tokens' log-probabilities."""
@@ -152,6 +153,7 @@ class Engine:
             json_schema=json_schema,
             regex=regex,
             grammar=grammar,
+            top_logprobs=top_logprobs,
         )
         with self._lock:
             self._ids += 1

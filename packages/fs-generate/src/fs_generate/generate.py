@@ -6,6 +6,7 @@ step.py's ``generate_step`` (one request) or from one batched call per step. The
 (``use_cache=False``: recompute the growing prefix every step) is kept as the oracle.
 """
 
+import dataclasses
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -18,7 +19,7 @@ from fs_model import CausalLM
 
 from .constraints import make_constraint
 from .errors import GenerateError
-from .sampling import SamplingParams, choose, logprob
+from .sampling import SamplingParams, choose, logprob, top_logprobs
 from .step import PREFILL_CHUNK, generate_step, last_logits, tokens_for
 from .stopping import StopStrings, resolve_eos
 
@@ -30,6 +31,7 @@ class GenerationStep:
     logprob: float
     finish_reason: str | None = None  # set on the last step: "eos" | "length" | "context" | "stop"
     # (an Engine request's Generation may also end "cancelled"; no step carries that)
+    top_logprobs: tuple[tuple[int, float], ...] = ()  # (id, logprob) of the N likeliest, when asked for N
 
 
 @dataclass
@@ -101,9 +103,14 @@ class Generator:
         json_schema: Any = None,
         regex: str | None = None,
         grammar: str | None = None,
+        top_logprobs: int = 0,
     ):
         if type(max_new_tokens) is not int or max_new_tokens < 0:
             raise GenerateError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
+        if type(top_logprobs) is not int or not 0 <= top_logprobs <= 20:
+            raise GenerateError(f"top_logprobs must be an int in [0, 20], got {top_logprobs!r}")
+        self.top_logprobs = top_logprobs
+        self._tops: tuple[tuple[int, float], ...] = ()  # the last sample's likeliest tokens
         if seed is not None and (type(seed) is not int or seed < 0):
             raise GenerateError(f"seed must be a non-negative int (or None), got {seed!r}")
         self.model, self.tokenizer = model, tokenizer
@@ -143,6 +150,8 @@ class Generator:
 
     def sample(self, logits: np.ndarray) -> int:
         """The next token from ``logits [V]`` under this request's sampling parameters, seed and constraint."""
+        if self.top_logprobs:  # of the raw logits, as the chosen token's logprob
+            self._tops = top_logprobs(logits, self.top_logprobs)
         if self.constraint is not None:
             logits = self.constraint.mask(logits)
         return choose(logits, self.params, self.rng, self.seq)
@@ -150,7 +159,10 @@ class Generator:
     def accept(self, logits: np.ndarray) -> GenerationStep:
         """Choose the next token from ``logits [V]`` and apply every stop rule; sets ``done`` at the end."""
         token = self.sample(logits)
-        return self.take(token, logprob(logits, token))
+        return self._with_tops(self.take(token, logprob(logits, token)))
+
+    def _with_tops(self, step: GenerationStep) -> GenerationStep:
+        return dataclasses.replace(step, top_logprobs=self._tops) if self.top_logprobs else step
 
     def take(self, token: int, lp: float) -> GenerationStep:
         """Apply every stop rule to the chosen ``token``; sets ``done`` at the end."""
@@ -220,7 +232,7 @@ class Generator:
                     self.prefix_cache.insert(self.prompt, [c.key_values for c in caches])
             else:
                 self.result.forward_passes += 1
-            step = self.take(token, lp)
+            step = self._with_tops(self.take(token, lp))
             yield step
             if self.done:
                 return

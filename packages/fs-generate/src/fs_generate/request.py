@@ -50,6 +50,7 @@ class RequestHandle:
         self._steps: list[GenerationStep] = []
         self._result: Generation | None = None
         self._error: str | None = None
+        self._watchers: list[Callable[[], None]] = []
 
     # --- filled by the engine -------------------------------------------------------------------------------
 
@@ -57,11 +58,17 @@ class RequestHandle:
         with self._cond:
             self._steps.append(step)
             self._cond.notify_all()
+            watchers = list(self._watchers)
+        for fn in watchers:
+            fn()
 
     def _finish(self, result: Generation | None, error: str | None = None) -> None:
         with self._cond:
             self._result, self._error = result, error
             self._cond.notify_all()
+            watchers = list(self._watchers)
+        for fn in watchers:
+            fn()
 
     # --- the caller's side ----------------------------------------------------------------------------------
 
@@ -98,6 +105,21 @@ class RequestHandle:
             raise GenerateError(self._error)
         assert self._result is not None
         return self._result
+
+    def subscribe(self, fn: Callable[[], None]) -> None:
+        """Call ``fn()`` after each new step and once at the end, from the engine's thread (keep it short: an event
+        loop's ``call_soon_threadsafe``). Called once at once when the request is already done."""
+        with self._cond:
+            self._watchers.append(fn)
+            done = self.done
+        if done:
+            fn()
+
+    def poll(self, start: int) -> tuple[list[GenerationStep], bool]:
+        """Without waiting: the steps from index ``start`` on, and whether the request is finished (then
+        ``result()`` returns at once, or raises its error)."""
+        with self._cond:
+            return self._steps[start:], self.done
 
     def _has(self, n: int) -> bool:
         return len(self._steps) > n

@@ -97,6 +97,15 @@ def choose(logits: np.ndarray, p: SamplingParams, rng: np.random.Generator | Non
     return int(min(np.searchsorted(np.cumsum(probs), u, side="right"), np.flatnonzero(probs)[-1]))
 
 
+def top_logprobs(logits: np.ndarray, k: int) -> tuple[tuple[int, float], ...]:
+    """The ``k`` most likely tokens of the raw logits with their log-probabilities (as ``logprob``), most likely
+    first; equal logits in id order (a stable order, so a response never depends on the sort's whims)."""
+    z = logits.astype(np.float64)
+    lse = z.max() + np.log(np.exp(z - z.max()).sum())
+    ids = np.argsort(-z, kind="stable")[:k]
+    return tuple((int(i), float(z[i] - lse)) for i in ids)
+
+
 def logprob(logits: np.ndarray, token: int) -> float:
     """log softmax of the raw logits (temperature 1, before any filtering) at ``token``."""
     z = logits.astype(np.float64)

@@ -65,8 +65,10 @@ def _tool_call(raw: str) -> ToolCall | None:
 
 
 class OutputParser:
-    def __init__(self, in_reasoning: bool = False):
-        """``in_reasoning``: the prompt already opened ``<think>`` (the model's text starts inside it)."""
+    def __init__(self, in_reasoning: bool = False, tool_calls: bool = True):
+        """``in_reasoning``: the prompt already opened ``<think>`` (the model's text starts inside it).
+        ``tool_calls=False``: ``<tool_call>`` is plain content (no tools were offered)."""
+        self.openings = (THINK, CALL) if tool_calls else (THINK,)
         self.state = "reasoning" if in_reasoning else "content"  # | "call"
         self.buf = ""  # text not yet emitted: a possible tag prefix, or a tool call's body
         self._pending = ""  # a tool call's body, found with its closing tag
@@ -75,7 +77,7 @@ class OutputParser:
         self.buf += delta
         while True:
             closing = {"reasoning": END_THINK, "call": END_CALL, "content": None}[self.state]
-            opening = [t for t in (THINK, CALL) if self.state == "content"]
+            opening = [t for t in self.openings if self.state == "content"]
             wanted = [closing] if closing else opening
             hits = [(self.buf.find(t), t) for t in wanted if t in self.buf]
             if hits:

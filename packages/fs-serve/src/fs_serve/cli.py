@@ -1,0 +1,156 @@
+"""``fs-serve``: the OpenAI-compatible server on the command line.
+
+    fs-serve                                   # the demo model shipped in fs-generate, on 127.0.0.1:8080
+    fs-serve --model Qwen/Qwen3-0.6B --port 8000 --api-key "$KEY"
+
+Options are checked, and the model's directory found, before the server starts; the weights then load while
+``/health`` answers 503. SIGTERM or Ctrl-C: stop accepting connections, let the requests in flight finish for up to
+``--shutdown-timeout`` seconds, cancel what is left, exit 0.
+"""
+
+import argparse
+import json
+import logging
+import socket
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+from fs_generate import GenerateError, load, resolve_model_path
+from fs_generate.demo import demo_model_path
+
+from . import __version__
+from .app import ServeConfig, create_app
+
+log = logging.getLogger("fs_serve")
+SAMPLING_DEFAULTS = ("temperature", "top_p", "top_k", "min_p")
+
+
+def positive_int(s: str) -> int:
+    try:
+        v = int(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {s!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {s!r}")
+    return v
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="fs-serve", description="An OpenAI-compatible server for Qwen3 models.")
+    ap.add_argument("--model", help="model directory or Hugging Face id (default: the shipped demo model)")
+    ap.add_argument("--served-model-name", help="the id clients name (default: --model as given, or fs-demo)")
+    ap.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback only)")
+    ap.add_argument("--port", type=int, default=8080)
+    ap.add_argument("--api-key", help="require Authorization: Bearer KEY on every route but /health")
+    ap.add_argument("--max-batch", type=positive_int, default=16, help="requests decoded together")
+    ap.add_argument("--max-queue", type=int, default=64, help="requests waiting beyond --max-batch before 429")
+    ap.add_argument("--max-step-tokens", type=positive_int, default=512, help="prompt tokens per engine step")
+    ap.add_argument("--kv-budget-mb", type=positive_int, help="K/V block pool size (default: from free memory)")
+    ap.add_argument("--max-body-mb", type=positive_int, default=4, help="largest request body accepted")
+    ap.add_argument("--backend", choices=["numpy", "mlx"], default="numpy")
+    ap.add_argument("--dtype", choices=["float32", "bfloat16", "float16", "native"])
+    ap.add_argument("--quantize", choices=["int8", "int4"], help="numpy: quantize weights at load")
+    ap.add_argument("--threads", type=positive_int, help="cap the CPU kernels' threads (default: every core)")
+    ap.add_argument("--shutdown-timeout", type=float, default=30.0, help="seconds in-flight requests get on SIGTERM")
+    ap.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    ap.add_argument("--version", action="version", version=f"fs-serve {__version__}")
+    return ap
+
+
+def generation_defaults(path: Path) -> dict[str, Any]:
+    """The model's recommended sampling (generation_config.json), used for fields a request leaves unset."""
+    try:
+        cfg = json.loads((path / "generation_config.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    if not cfg.get("do_sample", True):  # the model asks for greedy decoding
+        return {"temperature": 0.0}
+    return {k: cfg[k] for k in SAMPLING_DEFAULTS if isinstance(cfg.get(k), int | float)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    if args.max_queue < 0:
+        print("fs-serve: error: --max-queue must be >= 0", file=sys.stderr)
+        return 2
+    try:
+        path = demo_model_path() if args.model is None else resolve_model_path(args.model)
+    except GenerateError as e:
+        print(f"fs-serve: error: {e}", file=sys.stderr)
+        return 1
+    try:  # a port in use is the user's error, said before any loading
+        with socket.socket(socket.AF_INET6 if ":" in args.host else socket.AF_INET) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind((args.host, args.port))
+    except OSError as e:
+        print(f"fs-serve: error: cannot listen on {args.host}:{args.port}: {e.strerror}", file=sys.stderr)
+        return 1
+    if args.threads is not None:
+        from fs_model.cpu import set_threads
+
+        set_threads(args.threads)
+    config = ServeConfig(
+        model_id=args.served_model_name or args.model or "fs-demo",
+        max_batch=args.max_batch,
+        max_queue=args.max_queue,
+        max_step_tokens=args.max_step_tokens,
+        kv_budget_bytes=args.kv_budget_mb << 20 if args.kv_budget_mb else None,
+        api_key=args.api_key,
+        max_body_bytes=args.max_body_mb << 20,
+        defaults=generation_defaults(path),
+    )
+    model_arg = None if args.model is None else str(path)
+    app = create_app(lambda: load(model_arg, backend=args.backend, dtype=args.dtype, quantize=args.quantize), config)
+    import uvicorn
+
+    def cancel_in_flight() -> None:
+        if app.state.fs.runner is not None:
+            app.state.fs.runner.cancel_all()
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            """SIGTERM / Ctrl-C: uvicorn stops accepting at once; what is still running after --shutdown-timeout
+            is cancelled, so each stream ends properly (finish_reason "length", then [DONE]) and the process exits 0."""
+            first = not self.should_exit
+            super().handle_exit(sig, frame)
+            # uvicorn re-raises a captured signal once shut down (exit status -15); a graceful stop is a success here
+            getattr(self, "_captured_signals", []).clear()
+            if first:
+                timer = threading.Timer(
+                    args.shutdown_timeout, lambda: app.state.fs.runner and app.state.fs.runner.cancel_all()
+                )
+                timer.daemon = True
+                timer.start()
+
+    server = Server(
+        uvicorn.Config(
+            app,
+            host=args.host,
+            port=args.port,
+            log_level=args.log_level,
+            timeout_graceful_shutdown=round(args.shutdown_timeout) + 5,  # after the cancel: time to send the ends
+        )
+    )
+    failed = {"load": False}
+
+    def watch_load() -> None:  # a model that fails to load ends the server (exit 1), it does not serve 503 forever
+        import time
+
+        state = app.state.fs
+        while state.status == "loading" and not server.should_exit:
+            time.sleep(0.1)
+        if state.status == "error":
+            print(f"fs-serve: error: {state.error}", file=sys.stderr)
+            failed["load"] = True
+            server.should_exit = True
+
+    threading.Thread(target=watch_load, daemon=True).start()
+    server.run()
+    return 1 if failed["load"] else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,204 @@
+"""The request bodies fs-serve accepts, as typed objects (pydantic, strict: ``"1"`` is not an int).
+
+Unknown fields are ignored, as vLLM and llama-server do (clients send vendor extras); known fields with values
+fs cannot honour are refused with a 400 naming the field, never silently ignored (``presence_penalty: 0.5``,
+``echo: true``, ``best_of: 3``). A validation failure becomes OpenAI's error shape with ``param`` set to the
+field's dotted path (``messages.0.role``).
+"""
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from .errors import APIError, bad_request
+
+MAX_N = 16  # choices per request: each is one engine request
+
+
+class Model(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True)
+
+
+class StreamOptions(Model):
+    include_usage: bool = False
+
+
+class FunctionDef(Model):
+    name: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")]
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class Tool(Model):
+    type: Literal["function"]
+    function: FunctionDef
+
+
+class NamedFunction(Model):
+    name: str
+
+
+class ToolChoiceFunction(Model):
+    type: Literal["function"]
+    function: NamedFunction
+
+
+class JSONSchemaFormat(Model):
+    name: str = "response"
+    schema_: dict[str, Any] = Field(default_factory=lambda: {}, alias="schema")
+    strict: bool | None = None
+    description: str | None = None
+
+
+class ResponseFormat(Model):
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JSONSchemaFormat | None = None
+
+    @model_validator(mode="after")
+    def _schema_given(self) -> "ResponseFormat":
+        if self.type == "json_schema" and self.json_schema is None:
+            raise ValueError('response_format type "json_schema" needs a json_schema object')
+        return self
+
+
+class TextPart(Model):
+    type: Literal["text"]
+    text: str
+
+
+class FunctionCall(Model):
+    name: str
+    arguments: str  # JSON text, as OpenAI sends it
+
+
+class ToolCallIn(Model):
+    id: str = ""
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
+class Message(Model):
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[TextPart] | None = None
+    name: str | None = None
+    tool_calls: list[ToolCallIn] | None = None
+    tool_call_id: str | None = None
+    reasoning_content: str | None = None
+
+    def text(self) -> str:
+        if isinstance(self.content, list):
+            return "".join(p.text for p in self.content)
+        return self.content or ""
+
+
+class Sampling(Model):
+    """The fields both endpoints share."""
+
+    model: str | None = None
+    max_tokens: Annotated[int, Field(ge=0)] | None = None
+    temperature: Annotated[float, Field(ge=0.0, le=2.0)] | None = None
+    top_p: Annotated[float, Field(gt=0.0, le=1.0)] | None = None
+    top_k: Annotated[int, Field(ge=-1)] | None = None  # -1 or 0: off (vLLM's and llama.cpp's spellings)
+    min_p: Annotated[float, Field(ge=0.0, le=1.0)] | None = None
+    repetition_penalty: Annotated[float, Field(gt=0.0)] | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    seed: Annotated[int, Field(ge=0)] | None = None
+    stop: str | Annotated[list[Annotated[str, Field(min_length=1)]], Field(max_length=16)] | None = None
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    n: Annotated[int, Field(ge=1, le=MAX_N)] = 1
+    user: str | None = None
+
+    @model_validator(mode="after")
+    def _unsupported(self) -> "Sampling":
+        for name in ("presence_penalty", "frequency_penalty"):
+            if getattr(self, name) not in (None, 0, 0.0):
+                raise ValueError(f"{name} is not supported (use repetition_penalty)")
+        if self.stop == "":
+            raise ValueError("stop strings must be non-empty")
+        return self
+
+    def stops(self) -> list[str]:
+        return [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
+
+
+class ChatRequest(Sampling):
+    messages: Annotated[list[Message], Field(min_length=1)]
+    max_completion_tokens: Annotated[int, Field(ge=0)] | None = None
+    logprobs: bool = False
+    top_logprobs: Annotated[int, Field(ge=0, le=20)] | None = None
+    tools: list[Tool] | None = None
+    tool_choice: Literal["none", "auto", "required"] | ToolChoiceFunction | None = None
+    parallel_tool_calls: bool | None = None
+    response_format: ResponseFormat | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "ChatRequest":
+        if self.top_logprobs and not self.logprobs:
+            raise ValueError("top_logprobs needs logprobs: true")
+        if self.tool_choice not in (None, "none", "auto") and not self.tools:
+            raise ValueError("tool_choice needs tools")
+        named = self.tool_choice.function.name if isinstance(self.tool_choice, ToolChoiceFunction) else None
+        if named is not None and named not in {t.function.name for t in self.tools or []}:
+            raise ValueError(f"tool_choice names {named!r}, which is not in tools")
+        if self.response_format is not None and self.response_format.type != "text" and self.forced_tool():
+            raise ValueError("response_format and a required tool call cannot both constrain the output")
+        return self
+
+    def forced_tool(self) -> bool:
+        return self.tool_choice == "required" or isinstance(self.tool_choice, ToolChoiceFunction)
+
+    def budget(self) -> int | None:
+        return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
+
+
+PromptIds = Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)]
+
+
+class CompletionRequest(Sampling):
+    prompt: (
+        Annotated[str, Field(min_length=1)] | PromptIds | list[Annotated[str, Field(min_length=1)]] | list[PromptIds]
+    )
+    logprobs: Annotated[int, Field(ge=0, le=20)] | None = None
+    echo: bool = False
+    suffix: str | None = None
+    best_of: int | None = None
+
+    @model_validator(mode="after")
+    def _supported(self) -> "CompletionRequest":
+        if self.echo:
+            raise ValueError("echo is not supported")
+        if self.suffix:
+            raise ValueError("suffix is not supported")
+        if self.best_of not in (None, self.n):
+            raise ValueError("best_of is not supported (it must equal n)")
+        if isinstance(self.prompt, list) and not self.prompt:
+            raise ValueError("prompt must not be empty")
+        return self
+
+    def prompts(self) -> list[str | list[int]]:
+        p = self.prompt
+        if isinstance(p, str):
+            return [p]
+        if p and isinstance(p[0], int):
+            return [list(p)]  # type: ignore[arg-type]
+        return list(p)  # type: ignore[arg-type]
+
+    def budget(self) -> int | None:
+        return self.max_tokens
+
+
+def parse(cls: type[Model], body: Any) -> Any:
+    """``body`` (decoded JSON) as ``cls``, or a 400 naming the first offending field."""
+    if not isinstance(body, dict):
+        raise bad_request(f"the request body must be a JSON object, got {type(body).__name__}")
+    try:
+        return cls.model_validate(body)
+    except ValidationError as e:
+        err = e.errors()[0]
+        param = ".".join(str(p) for p in err["loc"]) or None
+        msg = err["msg"].removeprefix("Value error, ")
+        raise APIError(400, f"{param}: {msg}" if param else msg, param=param, code="invalid_value") from None
