@@ -5,6 +5,7 @@ parses as an action. ``action_schema`` must accept what ``parse_action`` accepts
 """
 
 import json
+from pathlib import Path
 
 import jsonschema
 import pytest
@@ -65,3 +66,22 @@ def test_the_demo_model_always_answers_with_an_action(tmp_path):
         "set the answer to 2", lambda m: generate_response(model, tok, m, model.make_cache, 96), ws, AgentLimits(2)
     )
     assert any(e.action is None for e in free.events)  # what the constraint is for
+
+
+@pytest.mark.parametrize("name", ["failure-recovery", "localized-constant", "repository-convention"])
+def test_fs_agent_eval_on_the_demo_model_never_sees_an_invalid_action(name, tmp_path):
+    import io
+    import shutil
+
+    from fs_agent.cli import main
+    from fs_generate.demo import demo_model_path
+
+    pkg = tmp_path / name
+    shutil.copytree(Path(__file__).parents[1] / "evals" / name, pkg)
+    out = io.StringIO()
+    main(["eval", str(pkg), "--model", str(demo_model_path()), "--max-tokens", "96", "--max-steps", "3"], out=out)
+    text = out.getvalue()
+    steps = text.count("] model> ")
+    assert steps >= 1, text
+    assert "response is not valid JSON" not in text and "error: " not in text.replace("observation> error: ", "")
+    assert text.count("action> ") + text.count('{"final"') >= steps  # every response parsed into an action

@@ -190,6 +190,7 @@ def test_cli_save_run_then_fork(tmp_path, monkeypatch, capsys):
             "a",
             "--max-tokens",
             "4",
+            "--no-constrain",  # the doubles' character tokenizer is not one llguidance can read
         ],
         stdin=Stdin("", False),
         out=out,

@@ -28,7 +28,7 @@ from .loop import AgentEvent, AgentLimits, run_agent, run_to_checkpoint
 from .protocol import AgentError, ToolAction, action_json, action_schema
 from .receipts import ReceiptStore, repair_log
 from .task_packages import PackageError, grade_package
-from .workspace import ApprovalDecision, ToolPolicy, Workspace
+from .workspace import ApprovalDecision, ToolPolicy, Workspace, tools_for
 
 COMMAND_WARNINGS = (
     "warning: commands are not confined by the workspace boundary",
@@ -87,6 +87,15 @@ def _workspace(args: argparse.Namespace, root: Path, stdin: TextIO, out: TextIO)
     return Workspace(policy, confirm_tool=ask(stdin, out), receipt_store=ReceiptStore(log))
 
 
+def _action_schema(args: argparse.Namespace, allow_writes: bool | None = None) -> Any:
+    """The JSON schema every action is decoded under (the tools this run's policy offers), None with
+    ``--no-constrain``: the one place run, fork and eval decide it."""
+    if args.no_constrain:
+        return None
+    writes = args.allow_writes if allow_writes is None else allow_writes
+    return action_schema(tools_for(writes, bool(getattr(args, "allow_command", ()))))
+
+
 def _prefix_identity(checkpoint_id: str, model: Any, tok: Any) -> str:
     """What a saved prefix is only valid for: this checkpoint, these weights, this tokenizer."""
     return identity_string(
@@ -139,7 +148,7 @@ def cmd_run(args: argparse.Namespace, stdin: TextIO, out: TextIO) -> int:
         atomic_write_text(run_dir / "run.json", json.dumps(meta, indent=2) + "\n")
         print(f"checkpoint> {cp.checkpoint_id} saved in {run_dir}", file=out)
         return 0
-    schema = None if args.no_constrain else action_schema(ws.available_tools)
+    schema = _action_schema(args)
     run = run_agent(
         task,
         lambda m: generate_response(
@@ -159,7 +168,8 @@ class _FirstRun:
 
     def __init__(self, model: Any, tok: Any, args: argparse.Namespace):
         self.model, self.tok, self.args = model, tok, args
-        self.prefix = KvPrefixGenerator(model, tok, args.max_tokens, args.enable_thinking)
+        self.schema = _action_schema(args)
+        self.prefix = KvPrefixGenerator(model, tok, args.max_tokens, args.enable_thinking, self.schema)
 
     def __call__(self, messages: list[dict[str, str]]) -> str:
         return generate_response(
@@ -169,6 +179,7 @@ class _FirstRun:
             lambda: self.model.make_cache(),
             self.args.max_tokens,
             self.args.enable_thinking,
+            self.schema,
         )
 
     def save_checkpoint(self, messages: list[dict[str, str]]) -> Any:
@@ -263,7 +274,7 @@ def cmd_fork(args: argparse.Namespace, stdin: TextIO, out: TextIO) -> int:
         check_branch_name(name)
     args.model = args.model or meta["model"]
     model, tok = _load(args)
-    base = KvPrefixGenerator(model, tok, args.max_tokens, args.enable_thinking)
+    base = KvPrefixGenerator(model, tok, args.max_tokens, args.enable_thinking, _action_schema(args))
     if (run_dir / "prefix.safetensors").exists() and args.backend == "numpy":
         identity = _prefix_identity(cp.checkpoint_id, model, tok)
         tokens, kv, _ = load_prompt_cache(run_dir / "prefix.safetensors", identity)
@@ -310,11 +321,13 @@ def cmd_eval(args: argparse.Namespace, stdin: TextIO, out: TextIO) -> int:
     if args.model:
         model, tok = _load(args)
 
+        schema = _action_schema(args, allow_writes=True)
+
         def agent(root: Path, prompt: str, max_steps: int) -> None:
             ws = Workspace(ToolPolicy(root, allow_writes=True), confirm_tool=lambda a: True)
             run_agent(
                 prompt,
-                lambda m: generate_response(model, tok, m, lambda: model.make_cache(), args.max_tokens),
+                lambda m: generate_response(model, tok, m, lambda: model.make_cache(), args.max_tokens, False, schema),
                 ws,
                 AgentLimits(max_steps=max_steps),
                 on_event=_print_event(out),
@@ -335,6 +348,11 @@ def parser() -> argparse.ArgumentParser:
         p.add_argument("--max-tokens", type=positive_int, default=256)
         p.add_argument("--max-steps", type=positive_int, default=8)
         p.add_argument("--enable-thinking", action="store_true")
+        p.add_argument(
+            "--no-constrain",
+            action="store_true",
+            help="decode actions freely (default: under the action schema, so every response parses)",
+        )
         if name in ("run", "fork"):
             p.add_argument("--allow-writes", action="store_true")
             p.add_argument("--allow-command", action="append", default=[], help="an exact command line (shlex)")
@@ -355,11 +373,6 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--model", required=True, help="model directory or Hugging Face id")
     run.add_argument("--save-run", help="stop at a tool boundary and save checkpoint.json + run.json here")
     run.add_argument("--checkpoint-after", type=positive_int, default=1, help="tool calls before the checkpoint")
-    run.add_argument(
-        "--no-constrain",
-        action="store_true",
-        help="decode actions freely (default: under the action schema, so every response parses)",
-    )
     run.add_argument("task", nargs="+")
     fork.add_argument("run_dir")
     fork.add_argument("--model")

@@ -35,6 +35,16 @@ def _int(x: Any) -> bool:
     return type(x) is int
 
 
+def tools_for(allow_writes: bool, run_commands: bool) -> frozenset[str]:
+    """The tools a policy offers: reading always, writing with ``allow_writes``, commands when any is allowed."""
+    tools = {"list_files", "read_file"}
+    if allow_writes:
+        tools |= {"write_file", "edit_file"}
+    if run_commands:
+        tools.add("run_command")
+    return frozenset(tools)
+
+
 @dataclass(frozen=True)
 class ToolPolicy:
     root: Path
@@ -134,12 +144,7 @@ class Workspace:
 
     @property
     def available_tools(self) -> frozenset[str]:
-        tools = {"list_files", "read_file"}
-        if self.policy.allow_writes:
-            tools |= {"write_file", "edit_file"}
-        if self.policy.allowed_commands:
-            tools.add("run_command")
-        return frozenset(tools)
+        return tools_for(self.policy.allow_writes, bool(self.policy.allowed_commands))
 
     @property
     def modified_files(self) -> tuple[str, ...]:
