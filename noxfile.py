@@ -136,8 +136,10 @@ BENCHES = {
     "threads": ["benchmarks/threads.py"],
     "engine_serving": ["benchmarks/engine_serving.py", "--out", "docs/data/engine_serving.json"],
     "agent_branches": ["benchmarks/agent_branches.py"],
+    "structured_overhead": ["benchmarks/structured_overhead.py", "--out", "docs/data/structured_overhead.json"],
+    "serve_load": ["benchmarks/serve_load.py", "--out", "docs/data/serve_load.json"],
 }
-PEERS = {"cpu_speed", "engine_serving"}  # take --llama-bin
+PEERS = {"cpu_speed", "engine_serving", "serve_load"}  # take --llama-bin
 
 
 @nox.session(default=False)
@@ -195,12 +197,14 @@ def build(session: nox.Session) -> None:
                 external=True,
                 env=ENV,
             )
+        if p == "fs-serve":  # its console script resolves from the wheel alone
+            session.run(str(venv / "bin" / "fs-serve"), "--version", external=True, env=ENV)
         shutil.rmtree(venv)
 
 
 @nox.session(default=False)
 def publish_local(session: nox.Session) -> None:
-    """Upload all six packages to a real index on 127.0.0.1 and install from it in a fresh venv."""
+    """Upload all seven packages to a real index on 127.0.0.1 and install from it in a fresh venv."""
     sync(session, "--only-group", "publish")
     if not (ROOT / "dist").exists() or len(list((ROOT / "dist").glob("*/*.whl"))) != len(PACKAGES):
         build(session)

@@ -23,7 +23,7 @@ from pathlib import Path
 VERSION = "0.3.36"  # llama-cpp-python; its vendor/llama.cpp is llama.cpp 0c1e570
 SDIST = f"llama_cpp_python-{VERSION}.tar.gz"
 SHA256 = "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"  # PyPI's, pinned here
-TARGETS = ("llama-bench", "llama-batched-bench")
+TARGETS = ("llama-bench", "llama-batched-bench", "llama-server")
 CMAKE_FLAGS = (
     "-DCMAKE_BUILD_TYPE=Release",
     "-DGGML_NATIVE=ON",
@@ -35,7 +35,7 @@ CMAKE_FLAGS = (
 
 
 def build(cache: Path) -> Path:
-    """The directory holding ``llama-bench`` and ``llama-batched-bench``, built on first use."""
+    """The directory holding ``llama-bench``, ``llama-batched-bench`` and ``llama-server``, built on first use."""
     root = cache / f"llama-cpp-python-{VERSION}"
     bindir = root / "build" / "bin"
     if all((bindir / t).exists() for t in TARGETS):

@@ -48,7 +48,8 @@ def main() -> None:
     fig.savefig(out / "cache_and_tokenizer.png", dpi=110)
     cpu_speed(json.loads((ROOT / "docs/data/cpu_speed.json").read_text()), out / "cpu_speed.png")
     engine_serving(json.loads((ROOT / "docs/data/engine_serving.json").read_text()), out / "engine_serving.png")
-    print(f"wrote {out}/model_speed.png, cache_and_tokenizer.png, cpu_speed.png and engine_serving.png")
+    serve_load(json.loads((ROOT / "docs/data/serve_load.json").read_text()), out / "serve_load.png")
+    print(f"wrote {out}/model_speed.png, cache_and_tokenizer.png, cpu_speed.png, engine_serving.png, serve_load.png")
 
 
 def cpu_speed(r: dict, path: Path) -> None:
@@ -104,6 +105,31 @@ def engine_serving(r: dict, path: Path) -> None:
     )
     ax.legend(fontsize=7)
     fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def serve_load(r: dict, path: Path) -> None:
+    """The serve issue's run: aggregate tok/s and TTFT p50 against concurrent streams, per server and format."""
+    colors = {"fs-serve": "#2b6cb0", "llama-server": "#dd6b20", "mlx_lm.server": "#718096"}
+    fmts = list(r["results"])
+    fig, axes = plt.subplots(1, 2 * len(fmts), figsize=(5 * len(fmts) + 2, 3.4))
+    for k, fmt in enumerate(fmts):
+        for name, res in r["results"][fmt].items():
+            if name not in colors:
+                continue
+            cs = [int(c) for c in res["levels"]]
+            for ax, key in ((axes[2 * k], "aggregate_tps"), (axes[2 * k + 1], "ttft_p50")):
+                ys = [res["levels"][str(c)][key] for c in cs]
+                ax.plot(cs, ys, marker="o", color=colors[name], label=name)
+        axes[2 * k].set_title(f"{fmt}: aggregate generated tok/s", fontsize=9)
+        axes[2 * k + 1].set_title(f"{fmt}: time to first token p50 (s)", fontsize=9)
+        for ax in axes[2 * k : 2 * k + 2]:
+            ax.set_xlabel("concurrent streams")
+            ax.set_xticks([int(c) for c in r["levels"]])
+        axes[2 * k].legend(fontsize=7)
+    fig.suptitle(f"random Qwen3-0.6B weights, {r['new']} new tokens per request, shared system prompt ({r['date']})",
+                 fontsize=8, y=0.02)  # fmt: skip
+    fig.tight_layout(rect=(0, 0.05, 1, 1))
     fig.savefig(path, dpi=110)
 
 

@@ -62,5 +62,12 @@ def test_subscribe_and_poll_see_every_step_without_blocking(tiny_dir):
         late = threading.Event()
         h.subscribe(late.set)  # subscribing to a finished request calls back at once
         assert late.is_set()
+
+        def broken() -> None:
+            raise RuntimeError("a subscriber's bug")
+
+        h2 = engine.submit("Count with me", max_new_tokens=8)
+        h2.subscribe(broken)  # logged, and the request (and the engine) carry on
+        assert h2.result(timeout=60).token_ids == h.result().token_ids
     finally:
         engine.stop()

@@ -143,3 +143,15 @@ def test_a_required_tool_call_is_forced_on_a_random_model(server, choice):
         args = json.loads(call.function.arguments)
         assert call.function.name in ("get_weather", "get_time")
         assert args in ({"city": "Paris"}, {"city": "Rome"}, {"zone": "UTC"})
+
+
+def test_ignore_eos_runs_to_max_tokens(scripted):
+    s, m, tok = scripted
+    script(m, tok, ASK, "Hi")  # then EOS, every step
+    c = s.client()
+    r = c.chat.completions.create(model="tiny", messages=ASK, max_tokens=6, temperature=0)
+    assert (r.choices[0].message.content, r.usage.completion_tokens, r.choices[0].finish_reason) == ("Hi", 1, "stop")
+    r = c.chat.completions.create(
+        model="tiny", messages=ASK, max_tokens=6, temperature=0, extra_body={"ignore_eos": True}
+    )
+    assert r.usage.completion_tokens == 6 and r.choices[0].finish_reason == "length"

@@ -12,6 +12,7 @@ the next token it draws is the one it would have drawn).
 """
 
 import functools
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -21,6 +22,7 @@ from .errors import GenerateError
 from .generate import Generation, GenerationStep, Generator
 
 WAITING, RUNNING, FINISHED = "waiting", "running", "finished"
+log = logging.getLogger("fs_generate.engine")
 
 
 class Request:
@@ -59,16 +61,22 @@ class RequestHandle:
             self._steps.append(step)
             self._cond.notify_all()
             watchers = list(self._watchers)
-        for fn in watchers:
-            fn()
+        self._notify(watchers)
 
     def _finish(self, result: Generation | None, error: str | None = None) -> None:
         with self._cond:
             self._result, self._error = result, error
             self._cond.notify_all()
             watchers = list(self._watchers)
+        self._notify(watchers)
+
+    @staticmethod
+    def _notify(watchers: list[Callable[[], None]]) -> None:
         for fn in watchers:
-            fn()
+            try:
+                fn()
+            except Exception:  # a subscriber's bug must not fail the engine's step for every request
+                log.exception("a request subscriber raised")
 
     # --- the caller's side ----------------------------------------------------------------------------------
 

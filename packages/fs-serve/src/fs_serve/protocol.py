@@ -110,6 +110,7 @@ class Sampling(Model):
     stream_options: StreamOptions | None = None
     n: Annotated[int, Field(ge=1, le=MAX_N)] = 1
     user: str | None = None
+    ignore_eos: bool = False  # vLLM's and llama-server's extra: run to max_tokens (benchmarks)
 
     @model_validator(mode="after")
     def _unsupported(self) -> "Sampling":
@@ -122,6 +123,9 @@ class Sampling(Model):
 
     def stops(self) -> list[str]:
         return [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
+
+    def budget(self) -> int | None:
+        return self.max_tokens
 
 
 class ChatRequest(Sampling):
@@ -186,9 +190,6 @@ class CompletionRequest(Sampling):
         if p and isinstance(p[0], int):
             return [list(p)]  # type: ignore[arg-type]
         return list(p)  # type: ignore[arg-type]
-
-    def budget(self) -> int | None:
-        return self.max_tokens
 
 
 def parse(cls: type[Model], body: Any) -> Any:
