@@ -197,6 +197,8 @@ def build(session: nox.Session) -> None:
                 external=True,
                 env=ENV,
             )
+        if p == "fs-agent":  # the wheel carries the shipped evaluation packages
+            session.run(str(venv / "bin" / "fs-agent"), "eval", "failure-recovery", external=True, success_codes=[1])
         if p == "fs-serve":  # its console script resolves from the wheel alone
             session.run(str(venv / "bin" / "fs-serve"), "--version", external=True, env=ENV)
         shutil.rmtree(venv)

@@ -5,7 +5,6 @@ parses as an action. ``action_schema`` must accept what ``parse_action`` accepts
 """
 
 import json
-from pathlib import Path
 
 import jsonschema
 import pytest
@@ -74,10 +73,11 @@ def test_fs_agent_eval_on_the_demo_model_never_sees_an_invalid_action(name, tmp_
     import shutil
 
     from fs_agent.cli import main
+    from fs_agent.task_packages import EVALS
     from fs_generate.demo import demo_model_path
 
     pkg = tmp_path / name
-    shutil.copytree(Path(__file__).parents[1] / "evals" / name, pkg)
+    shutil.copytree(EVALS / name, pkg)
     out = io.StringIO()
     main(["eval", str(pkg), "--model", str(demo_model_path()), "--max-tokens", "96", "--max-steps", "3"], out=out)
     text = out.getvalue()

@@ -3,15 +3,13 @@
 import io
 import json
 import shutil
-from pathlib import Path
 
 import pytest
 
 from fs_agent import ToolAction
 from fs_agent.cli import ask, main
-from fs_agent.task_packages import PackageError, grade_package, load_package
+from fs_agent.task_packages import EVALS, PackageError, grade_package, load_package
 
-EVALS = Path(__file__).resolve().parents[1] / "evals"
 PACKAGES = ["localized-constant", "repository-convention", "failure-recovery"]
 
 
@@ -203,3 +201,23 @@ def test_cli_save_run_then_fork(tmp_path, monkeypatch, capsys):
     prefill_offsets = [c[0] for c in model.calls]
     assert prefill_offsets.count(0) == 1  # fork loads the saved prefix file: no second prefill at offset 0
     assert "prefix> loaded" in text
+
+
+def test_version_and_the_demo_model_by_default(tmp_path, capsys):
+    import fs_agent
+
+    with pytest.raises(SystemExit) as e:
+        main(["--version"])
+    assert e.value.code == 0 and capsys.readouterr().out.strip() == f"fs-agent {fs_agent.__version__}"
+    (tmp_path / "app.py").write_text("answer = 1\n")
+    out = io.StringIO()
+    main(["run", "--root", str(tmp_path), "--max-steps", "1", "--max-tokens", "48", "look"], Stdin("", False), out)
+    text = out.getvalue()
+    assert "model> " in text and "demo_model" in text and "[1] model> " in text  # ran, offline, on the demo
+
+
+def test_a_shipped_eval_is_found_by_name(capsys):
+    assert main(["eval", "failure-recovery"], out=None) == 1  # the untouched baseline fails, as it should
+    assert json.loads(capsys.readouterr().out)["id"] == "failure-recovery"
+    names = sorted(p.name for p in EVALS.iterdir())
+    assert names == ["failure-recovery", "localized-constant", "repository-convention"]

@@ -6,12 +6,51 @@ from fs_generate.cli import main
 
 
 def test_streams_and_ends_with_a_stats_line(tiny_dir, capsys):
-    assert main(["--model", str(tiny_dir), "--prompt", "Hello", "--max-tokens", "8", "--eos-token-id", "0"]) == 0
+    base = ["--model", str(tiny_dir), "--prompt", "Hello", "--max-tokens", "8", "--eos-token-id", "0"]
+    assert main([*base, "--ignore-chat-template"]) == 0
     out, err = capsys.readouterr()
     assert out.endswith("\n")
     lines = err.strip().splitlines()
     assert lines[-3].startswith("Prompt: 1 tokens") and lines[-2].startswith("Generation: ")
     assert lines[-1].startswith("Peak memory: ") and lines[-1].endswith(" GB")
+
+
+def test_the_chat_template_is_applied_by_default_as_in_mlx_lm(tiny_dir, capsys):
+    from fs_tokenizer import Tokenizer
+
+    tok = Tokenizer.from_pretrained(tiny_dir)
+    msgs = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "Hello"}]
+    want = len(tok.apply_chat_template(msgs, add_generation_prompt=True, enable_thinking=False, tokenize=True))
+    for flag in ("--system-prompt", "--system"):  # mlx-lm's name, and fs's own
+        assert main(["--model", str(tiny_dir), "-p", "Hello", flag, "be brief", "-m", "2", "--json"]) == 0
+        assert json.loads(capsys.readouterr().out)["prompt_tokens"] == want
+    assert main(["--model", str(tiny_dir), "--prompt", "Hello", "--raw", "-m", "2", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["prompt_tokens"] == 1
+    assert main(["--model", str(tiny_dir), "-m", "2", "--json"]) == 0  # mlx-lm's default prompt, "hello"
+    ids = tok.apply_chat_template([{"role": "user", "content": "hello"}], add_generation_prompt=True,
+                                  enable_thinking=False, tokenize=True)  # fmt: skip
+    assert json.loads(capsys.readouterr().out)["prompt_tokens"] == len(ids)
+
+
+def test_extra_eos_token_stops_at_that_token(tiny_dir, capsys):
+    args = ["--model", str(tiny_dir), "--prompt", "Hello", "--raw", "-m", "12", "--json"]
+    assert main(args) == 0
+    free = json.loads(capsys.readouterr().out)
+    from fs_tokenizer import Tokenizer
+
+    second = Tokenizer.from_pretrained(tiny_dir).decode([free["token_ids"][1]])
+    assert main([*args, "--extra-eos-token", second]) == 0
+    cut = json.loads(capsys.readouterr().out)
+    assert cut["finish_reason"] == "eos" and cut["token_ids"] == free["token_ids"][: free["token_ids"].index(
+        free["token_ids"][1])]  # fmt: skip
+
+
+def test_version_is_the_package_version(capsys):
+    import fs_generate
+
+    with pytest.raises(SystemExit) as e:
+        main(["--version"])
+    assert e.value.code == 0 and capsys.readouterr().out.strip() == f"fs-generate {fs_generate.__version__}"
 
 
 def test_json_chat_and_seed(tiny_dir, capsys):
@@ -41,12 +80,15 @@ def test_json_chat_and_seed(tiny_dir, capsys):
 @pytest.mark.parametrize(
     "args,words",
     [
-        (["--prompt", ""], "empty prompt"),
+        (["--prompt", "", "--raw"], "empty prompt"),  # under the template an empty message is still a prompt
         (["--prompt", "x", "--temp", "-1"], "argument --temp: '-1' is not a finite non-negative number"),
         (["--prompt", "x", "--temp", "nan"], "argument --temp: 'nan' is not a finite non-negative number"),
         (["--prompt", "x", "--seed", "-1"], "argument --seed: '-1' is not a non-negative integer"),
         (["--prompt", "x", "--top-p", "0"], "top_p"),
         (["--prompt", "x", "--max-tokens", "-2"], "argument --max-tokens"),
+        (["--prompt", "x", "--raw", "--system-prompt", "s"], "need the chat template"),
+        (["--prompt", "x", "--raw", "--chat"], "contradict"),
+        (["--prompt", "x", "--extra-eos-token", "not one token at all"], "is not one token"),
     ],
 )
 def test_bad_input_exits_2_without_traceback(tiny_dir, capsys, args, words):

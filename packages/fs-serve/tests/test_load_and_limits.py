@@ -77,6 +77,19 @@ def test_a_client_that_leaves_mid_stream_cancels_its_request(server):
     assert r.choices[0].finish_reason == "length"
 
 
+def test_a_client_that_gives_up_on_a_plain_request_cancels_it(server):
+    engine = server.state.engine
+    before = engine.counters["cancelled"]
+    try:
+        httpx.post(f"{server.url}/v1/chat/completions", json=chat_body(3, 3000), timeout=1.5)
+    except httpx.ReadTimeout:
+        pass  # the client closed the connection: the server must notice without a stream to write to
+    else:
+        raise AssertionError("3000 tokens in 1.5 s: the request was too short to test a disconnect")
+    assert wait_for(lambda: engine.counters["cancelled"] == before + 1 and engine.stats()["running"] == 0)
+    assert server.state.runner.in_flight == 0
+
+
 def test_a_full_queue_is_a_429_with_retry_after(tiny):
     s = start(*tiny, max_batch=1, max_queue=0)
     try:

@@ -58,3 +58,11 @@ def test_usage_errors_exit_2(args, capsys):
     with pytest.raises(SystemExit) as e:
         main(args)
     assert e.value.code == 2
+
+
+def test_version_is_the_package_version():
+    import fs_weights
+
+    cmd = [sys.executable, "-m", "fs_weights.cli", "--version"]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.strip() == f"fs-weights {fs_weights.__version__}"

@@ -6,6 +6,7 @@ import re
 import shlex
 import shutil
 import sys
+import tempfile
 from pathlib import Path, PurePosixPath
 from typing import Any, TextIO
 
@@ -19,6 +20,7 @@ from fs_weights import WeightsError
 from fs_weights.command_line import positive_int, run_main
 from fs_weights.jsonfile import read_json
 
+from . import __version__
 from .branching import KvPrefixGenerator, run_branch, select_branch
 from .checkpoint import load_agent_checkpoint, save_agent_checkpoint
 from .confined import STATE_DIR
@@ -27,7 +29,7 @@ from .generation import generate_response
 from .loop import AgentEvent, AgentLimits, run_agent, run_to_checkpoint
 from .protocol import AgentError, ToolAction, action_json, action_schema
 from .receipts import ReceiptStore, repair_log
-from .task_packages import PackageError, grade_package
+from .task_packages import EVALS, PackageError, grade_package, shipped_eval
 from .workspace import ApprovalDecision, ToolPolicy, Workspace, tools_for
 
 COMMAND_WARNINGS = (
@@ -128,6 +130,10 @@ def cmd_run(args: argparse.Namespace, stdin: TextIO, out: TextIO) -> int:
     root = Path(args.root)
     ws = _workspace(args, root, stdin, out)
     task = " ".join(args.task)
+    if args.model is None:  # the demo model that ships with fs-generate: runs offline on a fresh machine
+        from fs_generate.demo import demo_model_path
+
+        args.model = str(demo_model_path())
     model, tok = _load(args)
     print(f"model> {args.model}\nworkspace> {ws.policy.root}\ngoal> {task}", file=out)
     print(f"tools> {', '.join(sorted(ws.available_tools))}", file=out)
@@ -333,13 +339,18 @@ def cmd_eval(args: argparse.Namespace, stdin: TextIO, out: TextIO) -> int:
                 on_event=_print_event(out),
             )
 
-    result = grade_package(args.package, agent)
+    shipped = None if Path(args.package).exists() else shipped_eval(args.package)
+    with tempfile.TemporaryDirectory(prefix="fs-agent-eval-") as tmp:
+        # a copy: an installer may hard-link the wheel's files (uv does), and a package must hold none
+        package = shutil.copytree(shipped, Path(tmp) / args.package) if shipped else Path(args.package)
+        result = grade_package(package, agent)
     print(json.dumps(result, indent=2, sort_keys=True), file=out)
     return 0 if result["status"] == "passed" else 1
 
 
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="fs-agent", description="A tool-using agent on a Qwen3 model.")
+    ap.add_argument("--version", action="version", version=f"fs-agent {__version__}")
     sub = ap.add_subparsers(dest="cmd", required=True)
     for name in ("run", "fork", "eval"):
         p = sub.add_parser(name)
@@ -370,7 +381,7 @@ def parser() -> argparse.ArgumentParser:
             )
     run, fork, ev = sub.choices["run"], sub.choices["fork"], sub.choices["eval"]
     run.add_argument("--root", required=True)
-    run.add_argument("--model", required=True, help="model directory or Hugging Face id")
+    run.add_argument("--model", help="model directory or Hugging Face id (default: fs-generate's demo model)")
     run.add_argument("--save-run", help="stop at a tool boundary and save checkpoint.json + run.json here")
     run.add_argument("--checkpoint-after", type=positive_int, default=1, help="tool calls before the checkpoint")
     run.add_argument("task", nargs="+")
@@ -380,7 +391,11 @@ def parser() -> argparse.ArgumentParser:
     fork.add_argument("--case", required=True, help="evaluation case JSON (final_contains, files, results, receipts)")
     fork.add_argument("--select", help="the branch to select (must pass)")
     fork.add_argument("--overwrite", action="store_true", help="replace branch directories an earlier fork created")
-    ev.add_argument("package", help="evaluation package directory (task.json, workspace/, held_out_tests/)")
+    ev.add_argument(
+        "package",
+        help="evaluation package directory (task.json, workspace/, held_out_tests/), or the name of a shipped one: "
+        + ", ".join(sorted(p.name for p in EVALS.iterdir() if (p / "task.json").is_file())),
+    )
     ev.add_argument("--model", help="run the agent with this model; without it, grade the untouched baseline")
     rc = sub.add_parser("receipts", help="verify a receipt log, or drop its torn last line")
     rc.add_argument("action", choices=["verify", "repair"])

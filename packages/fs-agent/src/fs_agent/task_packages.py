@@ -197,6 +197,15 @@ def run_check(c: dict[str, Any], staged: Path, original: dict[str, bytes]) -> tu
         return False, f"unavailable: {type(e).__name__}: {e}"
 
 
+EVALS = Path(__file__).parent / "evals"  # the packages shipped in the wheel (fs-agent eval NAME)
+
+
+def shipped_eval(name: str) -> Path | None:
+    """The shipped evaluation package called ``name``, if there is one."""
+    d = EVALS / name
+    return d if "/" not in name and name not in ("", ".", "..") and (d / "task.json").is_file() else None
+
+
 def grade_package(package_dir: str | Path, agent: Callable[[Path, str, int], Any] | None = None) -> dict[str, Any]:
     """Stage ``workspace/``, call ``agent(staged_root, prompt, max_steps)`` (None: the untouched baseline), freeze,
     grade. Returns ``{"id", "status": passed|failed, "checks": [...], "forbidden_modifications": [...]}``."""

@@ -20,6 +20,7 @@ from fs_weights import WeightsError
 from fs_weights.command_line import non_negative_float, non_negative_int, positive_float, positive_int, run_main
 from fs_weights.jsonfile import decode_utf8
 
+from . import __version__
 from .constraints import compile_grammar
 from .demo import demo_banner
 from .errors import GenerateError
@@ -27,10 +28,10 @@ from .generate import Generator
 from .resolve import load
 
 EPILOG = """\
-prompt handling:
-  A --prompt is encoded exactly as given (no BOS, no template). --chat wraps it as a user message (after an
-  optional --system message) with the model's chat template and the assistant header; --enable-thinking keeps
-  Qwen3's <think> block open (default off: the template closes it).
+prompt handling (mlx-lm's): when the tokenizer has a chat template, the --prompt becomes a user message (after an
+  optional --system-prompt) under the template, with the assistant header; --enable-thinking keeps Qwen3's
+  <think> block open (default off: the template closes it). --ignore-chat-template (or --raw) encodes the prompt
+  exactly as given (no BOS, no template); --chat insists on the template (an error without one).
 sampling (applied in this order): --temp T, then --top-k K, --top-p P, --min-p M, renormalize, draw.
   --temp 0 (default) is greedy: the largest logit, the lowest id on ties. --seed makes draws reproducible.
 stopping: an EOS id of the model (generation_config.json + config.json), --max-tokens, the context limit
@@ -52,7 +53,7 @@ def parser() -> argparse.ArgumentParser:
         help="local model directory or Hugging Face id (Qwen/Qwen3-0.6B); default: the tiny "
         "demo model shipped with fs-generate",
     )
-    ap.add_argument("--prompt", required=True, help="prompt text ('-' reads standard input)")
+    ap.add_argument("--prompt", "-p", default="hello", help="prompt text ('-' reads standard input; default 'hello')")
     ap.add_argument(
         "--max-tokens", "-m", type=non_negative_int, default=256, help="generated-token budget (default 256)"
     )
@@ -65,9 +66,12 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--repetition-penalty", type=positive_float, help="mlx-lm semantics over the last 20 tokens")
     ap.add_argument("--seed", type=non_negative_int, help="seed for reproducible sampling")
     ap.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
-    ap.add_argument("--chat", action="store_true", help="apply the model's chat template")
-    ap.add_argument("--system", help="system message (with --chat)")
-    ap.add_argument("--enable-thinking", action="store_true", help="let Qwen3 think (with --chat)")
+    ap.add_argument("--chat", action="store_true", help="require the chat template (applied by default when present)")
+    ap.add_argument(
+        "--ignore-chat-template", "--raw", action="store_true", help="send the prompt as is, without the template"
+    )
+    ap.add_argument("--system-prompt", "--system", dest="system", help="system message (under the chat template)")
+    ap.add_argument("--enable-thinking", action="store_true", help="let Qwen3 think (under the chat template)")
     ap.add_argument("--backend", choices=["numpy", "mlx"], default="numpy")
     ap.add_argument("--threads", type=positive_int, help="cap the CPU kernels' threads (default: every core)")
     ap.add_argument(
@@ -87,8 +91,12 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--regex", help="constrain the output to match this regular expression")
     ap.add_argument("--grammar", metavar="FILE", help="constrain the output to this Lark grammar")
     ap.add_argument("--eos-token-id", type=non_negative_int, action="append", help="override the EOS set (repeatable)")
+    ap.add_argument(
+        "--extra-eos-token", action="append", default=[], metavar="TOKEN", help="also stop at this token (repeatable)"
+    )
     ap.add_argument("--verbose", action="store_true", help="print the prompt IDs and per-token log-probabilities")
     ap.add_argument("--json", action="store_true", help="print one JSON object at the end instead of streaming")
+    ap.add_argument("--version", action="version", version=f"fs-generate {__version__}")
     return ap
 
 
@@ -133,6 +141,24 @@ def _constraint(args: argparse.Namespace) -> dict[str, Any]:
     return kw
 
 
+def _eos(args: argparse.Namespace, model: Any, tok: Any) -> list[int] | None:
+    """--eos-token-id replaces the EOS set; --extra-eos-token adds tokens to it (mlx-lm's flag): a vocabulary
+    entry such as ``<|endoftext|>``, or text that encodes to exactly one token."""
+    if not args.extra_eos_token:
+        return args.eos_token_id
+    from .stopping import model_eos_ids
+
+    ids = set(args.eos_token_id) if args.eos_token_id is not None else set(model_eos_ids(model, tok))
+    for text in args.extra_eos_token:
+        tid = tok.token_to_id(text) if hasattr(tok, "token_to_id") else None  # its vocabulary form (mlx-lm's)
+        if tid is None and len(one := tok.encode(text)) == 1:  # or text that is exactly one token
+            tid = one[0]
+        if tid is None:
+            raise GenerateError(f"--extra-eos-token {text!r} is not one token of this tokenizer")
+        ids.add(tid)
+    return sorted(ids)
+
+
 def _read(path: Path, flag: str) -> str:
     try:
         return decode_utf8(path.read_bytes(), str(path), GenerateError)
@@ -150,6 +176,10 @@ def _run(args: argparse.Namespace) -> int:
         decode_utf8(sys.stdin.buffer.read(), "standard input", GenerateError) if args.prompt == "-" else args.prompt
     )
     constraint = _constraint(args)  # checked before the model loads
+    if args.chat and args.ignore_chat_template:
+        raise GenerateError("--chat and --ignore-chat-template contradict each other; give one")
+    if args.ignore_chat_template and (args.system is not None or args.enable_thinking):
+        raise GenerateError("--system-prompt and --enable-thinking need the chat template; drop --ignore-chat-template")
     t0 = time.perf_counter()
     if args.model is None:
         print(demo_banner(), file=err)
@@ -167,7 +197,12 @@ def _run(args: argparse.Namespace) -> int:
             file=err,
         )
     prompt: str | list[int] = prompt_text
-    if args.chat:
+    templated = getattr(tok, "chat_template", None) is not None and not args.ignore_chat_template
+    if args.chat and not templated:
+        raise GenerateError(f"--chat: {args.model or 'the demo model'} has no chat template")
+    if not templated and (args.system is not None or args.enable_thinking):
+        raise GenerateError("--system-prompt and --enable-thinking need a chat template, and this tokenizer has none")
+    if templated:
         messages = ([{"role": "system", "content": args.system}] if args.system else []) + [
             {"role": "user", "content": prompt_text}
         ]
@@ -188,7 +223,7 @@ def _run(args: argparse.Namespace) -> int:
         min_p=args.min_p,
         seed=args.seed,
         stop=args.stop,
-        eos_token_ids=args.eos_token_id,
+        eos_token_ids=_eos(args, model, tok),
         repetition_penalty=args.repetition_penalty,
         context_limit=args.max_kv_size,
         **constraint,

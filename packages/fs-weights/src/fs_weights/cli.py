@@ -5,6 +5,7 @@ import json
 import sys
 import time
 
+from . import __version__
 from .byte_tokenizer import VOCAB_SIZE as BYTE_VOCAB_SIZE
 from .command_line import non_negative_int, positive_float, run_main
 from .errors import WeightsError
@@ -14,6 +15,7 @@ from .report import format_table, tensor_report
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="fs-weights", description="Inspect and create Qwen3 checkpoints.")
+    ap.add_argument("--version", action="version", version=f"fs-weights {__version__}")
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("inspect", help="list tensors, totals, parameter count and the cross-check verdict")
     p.add_argument("path", help="model directory, .safetensors file or model.safetensors.index.json")
