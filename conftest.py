@@ -2,6 +2,7 @@
 
 import importlib
 import os
+import re
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
@@ -35,3 +36,22 @@ def qwen3_tokenizer_dir() -> Path:
         "tokenizer.json and tokenizer_config.json (e.g. `hf download Qwen/Qwen3-0.6B tokenizer.json "
         "tokenizer_config.json --local-dir DIR`)"
     )
+
+
+@pytest.fixture
+def readme_examples(tmp_path, monkeypatch) -> Callable[..., int]:
+    """Run a package README's ```python blocks in order, in one namespace, in a temporary directory (what a reader
+    pastes); ``replace`` swaps text first (a local path for a model id). Returns how many blocks ran."""
+
+    def run(package: str, replace: dict[str, str] | None = None) -> int:
+        text = (REPO / "packages" / package / "README.md").read_text(encoding="utf-8")
+        blocks = re.findall(r"```python\n(.*?)```", text, re.S)
+        monkeypatch.chdir(tmp_path)
+        namespace: dict = {"__name__": "__readme__"}
+        for block in blocks:
+            for old, new in (replace or {}).items():
+                block = block.replace(old, new)
+            exec(compile(block, f"packages/{package}/README.md", "exec"), namespace)
+        return len(blocks)
+
+    return run
