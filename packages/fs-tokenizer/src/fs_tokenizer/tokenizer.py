@@ -330,7 +330,8 @@ def _chat_template(config: dict[str, Any]) -> str | None:
     """``chat_template``: a string, or HF's list of named templates (``default`` is used)."""
     template = config.get("chat_template")
     if isinstance(template, list):  # [{"name": ..., "template": ...}]
-        named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
+        entries = [t for t in template if isinstance(t, dict) and isinstance(t.get("name"), str)]
+        named = {t["name"]: t.get("template") for t in entries}
         template = named.get("default")
     if template is not None and not isinstance(template, str):
         raise TokenizerError(f"tokenizer_config.json: 'chat_template' must be a string, got {type(template).__name__}")
