@@ -9,6 +9,19 @@ import httpx
 import numpy as np
 
 
+def wait_healthy(url: str, timeout: float) -> None:
+    """Until ``url``/health answers 200 (503 while loading, refused before listening)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.05)
+    raise RuntimeError(f"{url} did not become healthy in {timeout:g} s")
+
+
 class Server:
     def __init__(self, app: Any, wait: bool = True):
         import uvicorn
@@ -25,15 +38,7 @@ class Server:
             self.wait_healthy()
 
     def wait_healthy(self) -> None:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{self.url}/health", timeout=1).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.05)
-        raise RuntimeError("the test server did not become healthy in 60 s")
+        wait_healthy(self.url, 60)
 
     @property
     def state(self) -> Any:

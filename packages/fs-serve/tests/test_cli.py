@@ -11,6 +11,8 @@ import time
 
 import httpx
 
+from serving import wait_healthy
+
 CMD = [sys.executable, "-m", "fs_serve.cli"]
 ENV = os.environ | {"HF_HUB_OFFLINE": "1"}
 
@@ -26,13 +28,7 @@ def test_serves_the_demo_model_and_exits_0_on_sigterm_mid_stream():
     p = subprocess.Popen([*CMD, "--port", str(port), "--shutdown-timeout", "3"], env=ENV, stderr=subprocess.PIPE)
     try:
         url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                time.sleep(0.1)
+        wait_healthy(url, 90)
         body = {"messages": [{"role": "user", "content": "What is a list?"}], "max_tokens": 100000, "stream": True}
         with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=60) as r:
             assert r.status_code == 200
