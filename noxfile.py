@@ -271,9 +271,16 @@ assert {"fs-weights", "fs-model", "fs-kvcache", "fs-tokenizer", "fs-generate"} <
 
 @nox.session(default=False)
 def docs(session: nox.Session) -> None:
-    """Build the MkDocs site with --strict (broken links and missing pages fail)."""
+    """Build the MkDocs site into site/ with --strict (broken links and missing pages fail); open site/index.html."""
     sync(session, "--only-group", "docs")
-    session.run("mkdocs", "build", "--strict", "-d", str(Path(tempfile.mkdtemp()) / "site"))
+    session.run("mkdocs", "build", "--strict", "-d", str(ROOT / "site"))
+
+
+@nox.session(default=False)
+def docs_serve(session: nox.Session) -> None:
+    """The site on http://127.0.0.1:8000, rebuilt as docs/ changes (`nox -s docs_serve -- -a 127.0.0.1:9000`)."""
+    sync(session, "--only-group", "docs")
+    session.run("mkdocs", "serve", "--strict", *(session.posargs or ["-a", "127.0.0.1:8000"]))
 
 
 if __name__ == "__main__":
