@@ -100,13 +100,22 @@ def parser() -> argparse.ArgumentParser:
     return ap
 
 
-def progress_bar(stream: Any, width: int = 30) -> Callable[[int, int], None]:
-    def show(done: int, total: int) -> None:
-        filled = width * done // total
-        stream.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} tensors")
-        stream.flush()
+def progress_bar(stream: Any) -> tuple[Callable[[int, int], None], Callable[[], None]]:
+    """A tqdm bar for ``load_model``'s ``progress(done_bytes, total_bytes)``: bytes, rate and ETA; and its close."""
+    from tqdm import tqdm
 
-    return show
+    bar: list[Any] = []
+
+    def show(done: int, total: int) -> None:
+        if not bar:
+            bar.append(tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, file=stream, leave=False))
+        bar[0].update(done - bar[0].n)
+
+    def close() -> None:
+        if bar:
+            bar[0].close()
+
+    return show, close
 
 
 def peak_memory_gb() -> float:
@@ -184,12 +193,14 @@ def _run(args: argparse.Namespace) -> int:
     if args.model is None:
         print(demo_banner(), file=err)
     print(f"loading {args.model or 'the demo model'} ({args.backend}) ...", end="", file=err, flush=True)
-    bar = progress_bar(err) if err.isatty() else None
+    bar, close = progress_bar(err) if err.isatty() else (None, lambda: None)
     try:
         model, tok = load(args.model, backend=args.backend, dtype=args.dtype, quantize=args.quantize, progress=bar)
     except BaseException:
+        close()
         print(file=err)  # end the "loading ..." line before the error line
         raise
+    close()
     print(f"{' done' if bar else ''} {time.perf_counter() - t0:.1f}s", file=err, flush=True)
     if model.config.vocab_size < 1024:
         print(

@@ -55,7 +55,8 @@ def load_model(
     included). ``kv_dtype`` ("float32" or "bfloat16") is what the KV cache holds; by default bfloat16 when the
     matrices are kept in bf16 or quantized (as mlx-lm's caches follow the model's dtype), else float32.
     MLX backend: ``dtype`` is the compute dtype ("float32", "bfloat16", "float16"; default: the checkpoint's).
-    ``progress(done, total)`` is called as tensors are loaded."""
+    ``progress(done, total)`` is called as each weight is loaded, in bytes of the stored tensors (a quantized
+    weight's scales and biases included), so a bar can show bytes and an ETA."""
     p = Path(path)
     if backend not in BACKENDS:
         raise ModelError(f"unknown backend {backend!r} (choose from {', '.join(BACKENDS)})")

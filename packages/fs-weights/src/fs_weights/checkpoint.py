@@ -107,6 +107,13 @@ class Checkpoint:
     def is_quantized(self, name: str) -> bool:
         return name.endswith(".weight") and name.removesuffix(".weight") + ".scales" in self._where
 
+    def weight_nbytes(self, name: str) -> int:
+        """Stored bytes of ``name`` with its quantization companions (``.scales``, ``.biases``) when it has them:
+        what loading that one weight reads, the unit of a loader's progress."""
+        base = name.removesuffix(".weight")
+        parts = [name] + ([base + ".scales", base + ".biases"] if self.is_quantized(name) else [])
+        return sum(self.info(p).nbytes for p in parts if p in self._where)
+
     def quant_params(self, name: str) -> tuple[int, int]:
         """(bits, group_size) for quantized ``name``, honouring mlx's per-module overrides in config."""
         q = self.quantization

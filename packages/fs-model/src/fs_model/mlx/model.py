@@ -145,9 +145,11 @@ class MlxModel(Model):
         dt = DTYPES[name]
         weights: dict[str, Any] = {}
         names = [n for n in ckpt.names() if not n.endswith((".scales", ".biases"))]
-        for i, n in enumerate(names, 1):
+        done, total = 0, sum(map(ckpt.weight_nbytes, names))
+        for n in names:
             if progress is not None:
-                progress(i, len(names))
+                done += ckpt.weight_nbytes(n)
+                progress(done, total)
             base = n.removesuffix(".weight")
             if ckpt.is_quantized(n):
                 bits, group = ckpt.quant_params(n)

@@ -58,10 +58,12 @@ def from_checkpoint(
         dtype = "native"
     names = [n for n in ckpt.names() if not n.endswith((".scales", ".biases"))]
     weights: dict[str, Any] = {}
-    for i, n in enumerate(names, 1):
+    done, total = 0, sum(map(ckpt.weight_nbytes, names))
+    for n in names:
         weights[n] = _layer(ckpt, n, dtype, quantize)
         if progress is not None:
-            progress(i, len(names))
+            done += ckpt.weight_nbytes(n)
+            progress(done, total)
     gate: Linear = weights["model.layers.0.mlp.gate_proj.weight"]
     kept = not isinstance(gate, DenseLinear)
     if kv_dtype is None:  # as mlx-lm's caches follow the model's dtype
