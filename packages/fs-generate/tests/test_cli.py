@@ -144,17 +144,3 @@ def test_bad_constraint_flags_fail_before_loading(flags, message, capsys):
     assert main(["--model", "/no/model/here", "--prompt", "x", *flags]) == 2
     err = capsys.readouterr().err
     assert message in err and "loading" not in err
-
-
-def test_the_load_bar_shows_bytes():
-    import io
-
-    from fs_generate.cli import progress_bar
-
-    out = io.StringIO()
-    show, close = progress_bar(out)
-    for done in (1 << 20, 3 << 20, 4 << 20):
-        show(done, 4 << 20)
-    close()
-    text = out.getvalue()
-    assert "/4.00M" in text and "B/s" in text, text[-200:]  # a byte total and a byte rate (tqdm redraws at most 10/s)

@@ -66,3 +66,27 @@ def test_version_is_the_package_version():
     cmd = [sys.executable, "-m", "fs_weights.cli", "--version"]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and r.stdout.strip() == f"fs-weights {fs_weights.__version__}"
+
+
+def test_the_load_bar_shows_bytes():
+    import io
+
+    from fs_weights.command_line import progress_bar
+
+    out = io.StringIO()
+    show, close = progress_bar(out)
+    for done in (1 << 20, 3 << 20, 4 << 20):
+        show(done, 4 << 20)
+    close()
+    text = out.getvalue()
+    assert "/4.00M" in text and "B/s" in text, text[-200:]  # a byte total and a byte rate (tqdm redraws at most 10/s)
+
+
+def test_random_checkpoint_progress_counts_every_byte(tmp_path):
+    from fs_weights import Checkpoint, preset
+
+    calls: list[tuple[int, int]] = []
+    d = write_random_checkpoint(tmp_path / "m", preset("tiny"), quantize=4, progress=lambda a, b: calls.append((a, b)))
+    size = Checkpoint.open(d).nbytes
+    dones = [x for x, _ in calls]
+    assert {t for _, t in calls} == {size} and dones == sorted(dones) and dones[-1] == size

@@ -9,7 +9,6 @@ import json
 import resource
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,14 @@ from fs_kvcache import KVCacheError
 from fs_model import ModelError
 from fs_tokenizer import TokenizerError
 from fs_weights import WeightsError
-from fs_weights.command_line import non_negative_float, non_negative_int, positive_float, positive_int, run_main
+from fs_weights.command_line import (
+    non_negative_float,
+    non_negative_int,
+    positive_float,
+    positive_int,
+    progress_bar,
+    run_main,
+)
 from fs_weights.jsonfile import decode_utf8
 
 from . import __version__
@@ -98,24 +104,6 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--json", action="store_true", help="print one JSON object at the end instead of streaming")
     ap.add_argument("--version", action="version", version=f"fs-generate {__version__}")
     return ap
-
-
-def progress_bar(stream: Any) -> tuple[Callable[[int, int], None], Callable[[], None]]:
-    """A tqdm bar for ``load_model``'s ``progress(done_bytes, total_bytes)``: bytes, rate and ETA; and its close."""
-    from tqdm import tqdm
-
-    bar: list[Any] = []
-
-    def show(done: int, total: int) -> None:
-        if not bar:
-            bar.append(tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, file=stream, leave=False))
-        bar[0].update(done - bar[0].n)
-
-    def close() -> None:
-        if bar:
-            bar[0].close()
-
-    return show, close
 
 
 def peak_memory_gb() -> float:

@@ -7,7 +7,7 @@ import time
 
 from . import __version__
 from .byte_tokenizer import VOCAB_SIZE as BYTE_VOCAB_SIZE
-from .command_line import non_negative_int, positive_float, run_main
+from .command_line import non_negative_int, positive_float, progress_bar, run_main
 from .errors import WeightsError
 from .random_checkpoint import PRESETS, preset, write_random_checkpoint
 from .report import format_table, tensor_report
@@ -49,6 +49,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.tokenizer == "bytes":
         overrides["vocab_size"] = BYTE_VOCAB_SIZE
     cfg = preset(args.preset, **overrides)
+    bar, close = progress_bar(sys.stderr) if sys.stderr.isatty() else (None, lambda: None)
     out = write_random_checkpoint(
         args.out,
         cfg,
@@ -59,7 +60,9 @@ def _run(args: argparse.Namespace) -> int:
         tokenizer=args.tokenizer,
         max_shard_bytes=int(args.max_shard_size * 1024**3),
         overwrite=args.overwrite,
+        progress=bar,
     )
+    close()
     print(
         f"wrote {args.preset} ({args.dtype}{f', {args.quantize}-bit' if args.quantize else ''}) to {out}"
         f" in {time.perf_counter() - t0:.1f}s"

@@ -21,6 +21,7 @@ import tempfile
 import time
 import traceback
 from collections.abc import Callable
+from typing import Any
 
 from . import interrupts
 
@@ -87,3 +88,22 @@ positive_int = _number(int, lambda v: v > 0, "a positive integer")
 non_negative_float = _number(float, lambda v: v >= 0, "a finite non-negative number")
 positive_float = _number(float, lambda v: v > 0, "a finite positive number")
 unit_interval = _number(float, lambda v: 0 < v <= 1, "a number in (0, 1]")
+
+
+def progress_bar(stream: Any) -> tuple[Callable[[int, int], None], Callable[[], None]]:
+    """A tqdm bar for a ``progress(done_bytes, total_bytes)`` callback (loading, writing): bytes, rate and ETA;
+    and the function that closes it."""
+    from tqdm import tqdm
+
+    bar: list[Any] = []
+
+    def show(done: int, total: int) -> None:
+        if not bar:
+            bar.append(tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, file=stream, leave=False))
+        bar[0].update(done - bar[0].n)
+
+    def close() -> None:
+        if bar:
+            bar[0].close()
+
+    return show, close

@@ -11,6 +11,7 @@ import os
 import shutil
 import tempfile
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -94,8 +95,10 @@ def write_random_checkpoint(
     tokenizer: str | os.PathLike[str] | None = None,  # a directory to copy from, or "bytes"
     max_shard_bytes: int = DEFAULT_SHARD_BYTES,
     overwrite: bool = False,
+    progress: Callable[[int, int], None] | None = None,
 ) -> Path:
-    """Write a complete model directory at ``path`` (atomically: built beside it, then renamed)."""
+    """Write a complete model directory at ``path`` (atomically: built beside it, then renamed). ``progress(done,
+    total)`` is called as each tensor is made, in bytes (Qwen3-0.6B's shapes take seconds)."""
     out = Path(path)
     try:
         code = code_for(dtype)
@@ -117,7 +120,10 @@ def write_random_checkpoint(
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp"))
     try:
-        _write_shards(tmp, layout, _producer(cfg_obj, seed, code, quantize, group_size), max_shard_bytes)
+        produce = _producer(cfg_obj, seed, code, quantize, group_size)
+        if progress is not None:
+            produce = _counted(produce, layout, progress)
+        _write_shards(tmp, layout, produce, max_shard_bytes)
         (tmp / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
         (tmp / "generation_config.json").write_text(json.dumps(_generation_config(cfg_obj), indent=2) + "\n")
         if tokenizer == "bytes":
@@ -132,6 +138,19 @@ def write_random_checkpoint(
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return out
+
+
+def _counted(produce: Any, layout: dict[str, tuple[tuple[int, ...], str]], progress: Any) -> Any:
+    total = sum(math.prod(s) * itemsize(c) for s, c in layout.values())
+    done = [0]
+
+    def counted(name: str) -> np.ndarray:
+        arr = produce(name)
+        done[0] += arr.nbytes
+        progress(done[0], total)
+        return arr
+
+    return counted
 
 
 def _producer(c: Qwen3Config, seed: int, code: str, bits: int | None, group: int):
