@@ -12,6 +12,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import tomllib
 from pathlib import Path
 
 import nox
@@ -187,6 +188,14 @@ def build(session: nox.Session) -> None:
         session.run("uv", "pip", "install", "-q", "--refresh", "--python", py, *links, str(wheel), external=True)
         mod = p.replace("-", "_")
         session.run(py, "-c", f"import {mod}; print('{p}', {mod}.__version__, 'imports alone')", external=True)
+        meta = tomllib.loads((ROOT / "packages" / p / "pyproject.toml").read_text())["project"]
+        version = meta["version"]
+        for script in meta.get("scripts", {}):
+            # every console script starts from the wheel alone: --help, and --version saying the package's version
+            session.run(str(venv / "bin" / script), "--help", external=True, silent=True, env=ENV)
+            said = session.run(str(venv / "bin" / script), "--version", external=True, silent=True, env=ENV)
+            if str(said).strip() != f"{script} {version}":
+                session.error(f"{script} --version said {str(said).strip()!r}, not '{script} {version}'")
         if p == "fs-generate":  # the wheel carries the demo model: the CLI must run from it, offline
             session.run(
                 str(venv / "bin" / "fs-generate"),
@@ -199,8 +208,6 @@ def build(session: nox.Session) -> None:
             )
         if p == "fs-agent":  # the wheel carries the shipped evaluation packages
             session.run(str(venv / "bin" / "fs-agent"), "eval", "failure-recovery", external=True, success_codes=[1])
-        if p == "fs-serve":  # its console script resolves from the wheel alone
-            session.run(str(venv / "bin" / "fs-serve"), "--version", external=True, env=ENV)
         shutil.rmtree(venv)
 
 

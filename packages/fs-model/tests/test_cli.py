@@ -24,3 +24,14 @@ def test_errors(capsys):
     assert "token id 9999 at position 0" in capsys.readouterr().err
     assert main(["logits", "--model", "/nonexistent", "--ids", "1"]) == 2
     assert "not a model directory" in capsys.readouterr().err
+
+
+def test_version_is_the_package_version(capsys):
+    import pytest
+
+    import fs_model
+    from fs_model.cli import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["--version"])
+    assert e.value.code == 0 and capsys.readouterr().out.strip() == f"fs-model {fs_model.__version__}"

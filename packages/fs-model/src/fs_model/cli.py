@@ -9,6 +9,7 @@ from fs_kvcache import KVCacheError
 from fs_weights import WeightsError
 from fs_weights.command_line import positive_int, run_main
 
+from . import __version__
 from .errors import ModelError
 from .loader import load_model
 
@@ -24,6 +25,7 @@ def top_candidates(logits: np.ndarray, k: int) -> list[tuple[int, float, float]]
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="fs-model", description="Run the Qwen3 forward pass and show the logits.")
+    ap.add_argument("--version", action="version", version=f"fs-model {__version__}")
     sub = ap.add_subparsers(dest="cmd", required=True)
     lg = sub.add_parser("logits", help="next-token candidates after a prompt")
     lg.add_argument("text", nargs="?", help="prompt text (needs fs-tokenizer: pip install 'fs-model[tokenizer]')")

@@ -11,6 +11,7 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 
+from . import __version__
 from .errors import TokenizerError
 from .tokenizer import Tokenizer, load_json, parse_json
 
@@ -23,6 +24,7 @@ def readable(tok: Tokenizer, token_id: int) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="fs-tokenizer", description="Byte-level BPE tokenizer for Qwen2/Qwen3.")
+    ap.add_argument("--version", action="version", version=f"fs-tokenizer {__version__}")
     sub = ap.add_subparsers(dest="cmd", required=True)
     e = sub.add_parser("encode", help="text -> IDs, with each token's piece")
     e.add_argument("text", help="text to encode ('-' reads standard input)")
