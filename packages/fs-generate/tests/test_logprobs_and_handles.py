@@ -71,3 +71,12 @@ def test_subscribe_and_poll_see_every_step_without_blocking(tiny_dir):
         assert h2.result(timeout=60).token_ids == h.result().token_ids
     finally:
         engine.stop()
+
+
+def test_top_logprobs_equals_a_full_stable_sort_on_tied_vocabularies():
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        z = rng.integers(-3, 3, 2000).astype(np.float32)  # many ties, at the cut too
+        k = int(rng.integers(1, 21))
+        full = np.argsort(-z.astype(np.float64), kind="stable")[:k]
+        assert [i for i, _ in top_logprobs(z, k)] == full.tolist()
