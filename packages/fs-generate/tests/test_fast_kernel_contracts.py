@@ -48,3 +48,38 @@ def test_a_radix_hit_equals_a_cold_prefill_bitwise(bf16_dir, fmt):
     cold = generate(model, tok, system + "Question two?", max_new_tokens=8, eos_token_ids=[])
     assert hit.reused > 0
     assert hit.result.token_ids == cold.token_ids and hit.result.logprobs == cold.logprobs
+
+
+@pytest.mark.kernels
+@pytest.mark.parametrize("fmt", list(FORMATS))
+def test_a_prompt_cache_file_equals_a_cold_prefill_bitwise(bf16_dir, fmt, tmp_path):
+    """fs-cache-prompt's file (bf16 K/V stored as its bits) loaded back == prefilling the same ids cold."""
+    from fs_generate.reused_prefix import load_prompt, prefill_state, save_prompt
+
+    model, tok = load(str(bf16_dir), **FORMATS[fmt])
+    cached = tok.encode("You are a careful assistant. " * 100)  # 601 tokens: two prefill chunks
+    save_prompt(tmp_path / "p.safetensors", model, tok, cached, prefill_state(model, cached))
+    prefix = load_prompt(tmp_path / "p.safetensors", model, tok)
+    ids = cached + tok.encode(" Question?")
+    hit = Generator(model, tok, ids, max_new_tokens=8, eos_token_ids=[], prefix_cache=prefix)
+    list(hit.steps())
+    cold = generate(model, tok, ids, max_new_tokens=8, eos_token_ids=[])
+    assert hit.reused == len(cached)
+    assert hit.result.token_ids == cold.token_ids and hit.result.logprobs == cold.logprobs
+
+
+@pytest.mark.kernels
+@pytest.mark.parametrize("fmt", list(FORMATS))
+def test_a_chat_turn_on_kept_kv_equals_a_cold_prefill_bitwise(bf16_dir, fmt):
+    """fs-chat's second turn resumes the first turn's K/V; its answer equals prefilling the whole conversation."""
+    from fs_generate.chat_session import ChatSession
+
+    model, tok = load(str(bf16_dir), **FORMATS[fmt])
+    chat = ChatSession(model, tok, system="be brief", max_new_tokens=12, eos_token_ids=[])
+    list(chat.ask("The capital of France is"))
+    before = list(chat.tokens)
+    list(chat.ask("And of Spain?"))
+    cold = generate(model, tok, chat.tokens[: len(chat.tokens) - len(chat.last.token_ids)], max_new_tokens=12,
+                    eos_token_ids=[])  # fmt: skip
+    assert chat.reused == len(before) - 1  # every position but the answer's last token, which was never fed
+    assert chat.last.token_ids == cold.token_ids and chat.last.logprobs == cold.logprobs

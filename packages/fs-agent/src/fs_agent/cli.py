@@ -17,6 +17,7 @@ from fs_kvcache import KVCacheError, identity_string, load_prompt_cache, save_pr
 from fs_model import ModelError
 from fs_tokenizer import TokenizerError
 from fs_weights import WeightsError
+from fs_weights.atomic import write_atomic
 from fs_weights.command_line import positive_int, run_main
 from fs_weights.jsonfile import read_json
 
@@ -151,7 +152,7 @@ def cmd_run(args: argparse.Namespace, stdin: TextIO, out: TextIO) -> int:
             identity = _prefix_identity(cp.checkpoint_id, model, tok)
             save_prompt_cache(run_dir / "prefix.safetensors", list(state[0]), list(state[1]), identity)
         meta = {"root": str(ws.policy.root), "model": args.model, "receipt_log": args.receipt_log}
-        atomic_write_text(run_dir / "run.json", json.dumps(meta, indent=2) + "\n")
+        write_atomic(run_dir / "run.json", json.dumps(meta, indent=2) + "\n")
         print(f"checkpoint> {cp.checkpoint_id} saved in {run_dir}", file=out)
         return 0
     schema = _action_schema(args)
@@ -262,12 +263,6 @@ def check_branch_name(name: str) -> None:
         raise AgentError(
             f"branch name {name!r} must be 1-64 letters, digits, '_', '.', '-', starting with a letter or digit"
         )
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
 
 
 def cmd_fork(args: argparse.Namespace, stdin: TextIO, out: TextIO) -> int:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from fs_weights.safetensors import current_umask
+from fs_weights.atomic import current_umask
 
 from . import commands
 from .commands import command_env

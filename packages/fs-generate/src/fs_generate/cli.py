@@ -8,7 +8,6 @@ import argparse
 import json
 import resource
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -16,22 +15,16 @@ from fs_kvcache import KVCacheError
 from fs_model import ModelError
 from fs_tokenizer import TokenizerError
 from fs_weights import WeightsError
-from fs_weights.command_line import (
-    non_negative_float,
-    non_negative_int,
-    positive_float,
-    positive_int,
-    progress_bar,
-    run_main,
-)
+from fs_weights.command_line import non_negative_float, non_negative_int, positive_float, positive_int, run_main
 from fs_weights.jsonfile import decode_utf8
 
 from . import __version__
+from .chat_prompt import rest_of_turn, whole_turn
 from .constraints import compile_grammar
-from .demo import demo_banner
 from .errors import GenerateError
 from .generate import Generator
-from .resolve import load
+from .model_flags import add_model_flags, load_from_args
+from .reused_prefix import load_prompt
 
 EPILOG = """\
 prompt handling (mlx-lm's): when the tokenizer has a chat template, the --prompt becomes a user message (after an
@@ -40,6 +33,9 @@ prompt handling (mlx-lm's): when the tokenizer has a chat template, the --prompt
   exactly as given (no BOS, no template); --chat insists on the template (an error without one).
 sampling (applied in this order): --temp T, then --top-k K, --top-p P, --min-p M, renormalize, draw.
   --temp 0 (default) is greedy: the largest logit, the lowest id on ties. --seed makes draws reproducible.
+prompt cache (mlx-lm's pair): fs-cache-prompt saves a prompt's K/V (under the template its user message is left
+  open); fs-generate --prompt-cache-file FILE --prompt TEXT continues that message with TEXT and prefills only it.
+  A file made with other weights, tokenizer or K/V dtype is refused.
 stopping: an EOS id of the model (generation_config.json + config.json), --max-tokens, the context limit
   (max_position_embeddings, or --max-kv-size), or any --stop string (the output is cut before it).
 exit codes: 0 done, 2 bad input (unknown model, bad flag values, empty prompt, template errors).
@@ -54,11 +50,7 @@ def parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    ap.add_argument(
-        "--model",
-        help="local model directory or Hugging Face id (Qwen/Qwen3-0.6B); default: the tiny "
-        "demo model shipped with fs-generate",
-    )
+    add_model_flags(ap)
     ap.add_argument("--prompt", "-p", default="hello", help="prompt text ('-' reads standard input; default 'hello')")
     ap.add_argument(
         "--max-tokens", "-m", type=non_negative_int, default=256, help="generated-token budget (default 256)"
@@ -78,20 +70,13 @@ def parser() -> argparse.ArgumentParser:
     )
     ap.add_argument("--system-prompt", "--system", dest="system", help="system message (under the chat template)")
     ap.add_argument("--enable-thinking", action="store_true", help="let Qwen3 think (under the chat template)")
-    ap.add_argument("--backend", choices=["numpy", "mlx"], default="numpy")
-    ap.add_argument("--threads", type=positive_int, help="cap the CPU kernels' threads (default: every core)")
-    ap.add_argument(
-        "--dtype",
-        choices=["float32", "bfloat16", "float16", "native"],
-        help="MLX: compute dtype (default: the checkpoint's); numpy: native (the default) keeps the checkpoint's "
-        "storage (bf16, MLX 4/8-bit) on the CPU kernels, float32 computes on float32 copies (BLAS), bfloat16 "
-        "keeps bf16 bits",
-    )
-    ap.add_argument(
-        "--quantize", choices=["int8", "int4"], help="numpy: quantize weights at load (MLX affine, group 64)"
-    )
     ap.add_argument(
         "--max-kv-size", type=positive_int, help="context limit in tokens (default: max_position_embeddings)"
+    )
+    ap.add_argument(
+        "--prompt-cache-file",
+        metavar="FILE",
+        help="reuse this prompt's K/V (made by fs-cache-prompt); --prompt continues the cached prompt",
     )
     ap.add_argument("--json-schema", metavar="FILE|JSON", help="constrain the output to this JSON schema")
     ap.add_argument("--regex", help="constrain the output to match this regular expression")
@@ -165,10 +150,6 @@ def _read(path: Path, flag: str) -> str:
 
 def _run(args: argparse.Namespace) -> int:
     out, err = sys.stdout, sys.stderr
-    if args.threads is not None:
-        from fs_model.cpu import set_threads
-
-        set_threads(args.threads)
     prompt_text = (
         decode_utf8(sys.stdin.buffer.read(), "standard input", GenerateError) if args.prompt == "-" else args.prompt
     )
@@ -177,40 +158,23 @@ def _run(args: argparse.Namespace) -> int:
         raise GenerateError("--chat and --ignore-chat-template contradict each other; give one")
     if args.ignore_chat_template and (args.system is not None or args.enable_thinking):
         raise GenerateError("--system-prompt and --enable-thinking need the chat template; drop --ignore-chat-template")
-    t0 = time.perf_counter()
-    if args.model is None:
-        print(demo_banner(), file=err)
-    print(f"loading {args.model or 'the demo model'} ({args.backend}) ...", end="", file=err, flush=True)
-    bar, close = progress_bar(err) if err.isatty() else (None, lambda: None)
-    try:
-        model, tok = load(args.model, backend=args.backend, dtype=args.dtype, quantize=args.quantize, progress=bar)
-    except BaseException:
-        close()
-        print(file=err)  # end the "loading ..." line before the error line
-        raise
-    close()
-    print(f"{' done' if bar else ''} {time.perf_counter() - t0:.1f}s", file=err, flush=True)
-    if model.config.vocab_size < 1024:
-        print(
-            "note: this is a tiny model; for real output pass --model Qwen/Qwen3-0.6B or a local Qwen3 directory",
-            file=err,
-        )
-    prompt: str | list[int] = prompt_text
+    if args.prompt_cache_file is not None and args.system is not None:
+        raise GenerateError("--system-prompt belongs to the cached prompt; give it to fs-cache-prompt")
+    if args.prompt_cache_file is not None and not Path(args.prompt_cache_file).is_file():
+        raise GenerateError(f"--prompt-cache-file: no such file {args.prompt_cache_file}")
+    model, tok = load_from_args(args)
     templated = getattr(tok, "chat_template", None) is not None and not args.ignore_chat_template
     if args.chat and not templated:
         raise GenerateError(f"--chat: {args.model or 'the demo model'} has no chat template")
     if not templated and (args.system is not None or args.enable_thinking):
         raise GenerateError("--system-prompt and --enable-thinking need a chat template, and this tokenizer has none")
-    if templated:
-        messages = ([{"role": "system", "content": args.system}] if args.system else []) + [
-            {"role": "user", "content": prompt_text}
-        ]
-        try:
-            prompt = tok.apply_chat_template(
-                messages, add_generation_prompt=True, enable_thinking=args.enable_thinking, tokenize=True
-            )
-        except TokenizerError as e:
-            raise GenerateError(str(e)) from None
+    prefix = load_prompt(args.prompt_cache_file, model, tok) if args.prompt_cache_file is not None else None
+    prompt: str | list[int] = prompt_text
+    if prefix is not None:  # mlx-lm's: the prompt continues the cached one (its open user message)
+        rest = rest_of_turn(tok, prompt_text, args.enable_thinking) if templated else tok.encode(prompt_text)
+        prompt = prefix.tokens + rest
+    elif templated:
+        prompt = whole_turn(tok, prompt_text, args.system, args.enable_thinking)
     g = Generator(
         model,
         tok,
@@ -225,10 +189,13 @@ def _run(args: argparse.Namespace) -> int:
         eos_token_ids=_eos(args, model, tok),
         repetition_penalty=args.repetition_penalty,
         context_limit=args.max_kv_size,
+        prefix_cache=prefix,
         **constraint,
     )
     if args.verbose:
         print(f"prompt ids ({len(g.prompt)}): {g.prompt}", file=err)
+    if prefix is not None and not args.quiet:
+        print(f"prompt cache: {len(prefix.tokens)} tokens from {args.prompt_cache_file}", file=err)
     streamed, printed = "", 0
     for step in g.steps():
         if args.verbose:
@@ -251,6 +218,7 @@ def _run(args: argparse.Namespace) -> int:
                     "token_ids": r.token_ids,
                     "finish_reason": r.finish_reason,
                     "prompt_tokens": len(r.prompt_ids),
+                    "cached_tokens": r.cached_tokens,
                     "eos_token_id": r.eos_token_id,
                 }
             )
@@ -258,7 +226,10 @@ def _run(args: argparse.Namespace) -> int:
     else:
         print(file=out)
     print("=" * 10, file=err)
-    print(f"Prompt: {len(r.prompt_ids)} tokens, {r.prompt_tps:.3f} tokens-per-sec", file=err)
+    fed = len(r.prompt_ids) - r.cached_tokens  # the rate counts the tokens this run prefilled
+    reused = f" ({r.cached_tokens} reused from the prompt cache)" if r.cached_tokens else ""
+    tps = fed / r.prompt_seconds if r.prompt_seconds else 0.0
+    print(f"Prompt: {fed} tokens{reused}, {tps:.3f} tokens-per-sec", file=err)
     print(
         f"Generation: {len(r.token_ids)} tokens, {r.generation_tps:.3f} tokens-per-sec (finish: {r.finish_reason})",
         file=err,

@@ -136,6 +136,7 @@ class Generator:
         self.decoder = _decoder(tokenizer)
         self.done = False
         self.reused = 0  # prompt tokens whose prefill a prefix cache saved
+        self.caches: list[Any] | None = None  # the per-layer caches while and after ``steps()`` runs
         self._t0 = 0.0
 
     # --- the rules, one token at a time ---------------------------------------------------------------------
@@ -220,6 +221,7 @@ class Generator:
             return
         t0 = time.perf_counter()
         caches, self.reused = self._caches()
+        self.caches = caches  # kept: a chat continues the next turn from them
         self.result.cached_tokens = self.reused
         fed = len(self.prompt) - self.reused
         tokens = generate_step(self.model, self.prompt[self.reused :], caches, self.sample, offset=self.reused)

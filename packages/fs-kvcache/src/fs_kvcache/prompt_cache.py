@@ -60,6 +60,9 @@ def save_prompt_cache(
     os.close(fd)
     try:
         save_file(tensors, tmp, metadata=meta)
+        mask = os.umask(0)
+        os.umask(mask)
+        os.chmod(tmp, 0o666 & ~mask)  # mkstemp creates 0600; a prompt cache is ordinary data
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

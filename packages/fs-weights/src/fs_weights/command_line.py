@@ -90,16 +90,17 @@ positive_float = _number(float, lambda v: v > 0, "a finite positive number")
 unit_interval = _number(float, lambda v: 0 < v <= 1, "a number in (0, 1]")
 
 
-def progress_bar(stream: Any) -> tuple[Callable[[int, int], None], Callable[[], None]]:
-    """A tqdm bar for a ``progress(done_bytes, total_bytes)`` callback (loading, writing): bytes, rate and ETA;
-    and the function that closes it."""
+def progress_bar(stream: Any, unit: str = "B") -> tuple[Callable[[int, int], None], Callable[[], None]]:
+    """A tqdm bar for a ``progress(done, total)`` callback - bytes (loading, writing) or another ``unit`` (tokens
+    prefilled) - with rate and ETA; and the function that closes it."""
     from tqdm import tqdm
 
     bar: list[Any] = []
 
     def show(done: int, total: int) -> None:
         if not bar:
-            bar.append(tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, file=stream, leave=False))
+            scale = {"unit_scale": True, "unit_divisor": 1024} if unit == "B" else {}
+            bar.append(tqdm(total=total, unit=unit, file=stream, leave=False, **scale))
         bar[0].update(done - bar[0].n)
 
     def close() -> None:

@@ -11,7 +11,9 @@ import os
 import signal
 import sys
 
-COMMANDS = frozenset({"fs-weights", "fs-model", "fs-generate", "fs-agent", "fs-serve"})
+COMMANDS = frozenset(
+    {"fs-weights", "fs-model", "fs-generate", "fs-cache-prompt", "fs-chat", "fs-bench", "fs-agent", "fs-serve"}
+)
 
 
 def install(commands: frozenset[str] = COMMANDS) -> None:

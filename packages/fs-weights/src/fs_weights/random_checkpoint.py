@@ -18,12 +18,13 @@ from typing import Any
 import numpy as np
 
 from . import byte_tokenizer
+from .atomic import current_umask
 from .config import Qwen3Config
 from .crosscheck import expected_tensors, is_quantizable, stored_tensors
 from .dtypes import code_for, from_float32, itemsize
 from .errors import WeightsError
 from .quantize import quantize
-from .safetensors import current_umask, write_safetensors
+from .safetensors import write_safetensors
 
 PRESETS: dict[str, dict[str, Any]] = {
     "qwen3-0.6b": dict(

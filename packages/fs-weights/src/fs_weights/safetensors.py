@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .atomic import current_umask
 from .dtypes import STORAGE
 from .errors import SafetensorsError
 from .jsonfile import parse_json
@@ -225,12 +226,6 @@ def write_safetensors(
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-
-
-def current_umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def _code(name: str, arr: np.ndarray) -> str:

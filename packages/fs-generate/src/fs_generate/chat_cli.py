@@ -1,0 +1,134 @@
+"""``fs-chat``: a multi-turn chat REPL on the model's template, like ``mlx_lm.chat``.
+
+fs-chat --model Qwen/Qwen3-0.6B --system-prompt "Answer in one sentence." --verbose
+
+Answers stream as they are generated; the conversation's K/V is kept, so each turn prefills only its new
+tokens (``--verbose`` prints how many were reused). Ctrl-C stops the current answer and keeps the session.
+"""
+
+import argparse
+import json
+import select
+import sys
+from typing import TextIO
+
+from fs_weights.atomic import write_atomic
+from fs_weights.command_line import non_negative_float, non_negative_int, positive_int, run_main
+
+from . import __version__
+from .chat_session import ChatSession
+from .cli import KNOWN_ERRORS
+from .errors import GenerateError
+from .model_flags import add_model_flags, load_from_args
+
+HELP = """\
+commands: /reset (forget the conversation), /system TEXT (a new system prompt; resets), /think on|off,
+          /save FILE (the messages as JSON), /help, /quit (or Ctrl-D). Ctrl-C stops the current answer."""
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="fs-chat", description="Chat with a Qwen3 model.", epilog=HELP)
+    add_model_flags(ap)
+    ap.add_argument("--system-prompt", "--system", dest="system", help="system message for the conversation")
+    ap.add_argument("--enable-thinking", action="store_true", help="let Qwen3 think (toggle with /think)")
+    ap.add_argument("--max-tokens", "-m", type=positive_int, default=512, help="tokens per answer (default 512)")
+    ap.add_argument("--temp", type=non_negative_float, default=0.0, help="sampling temperature; 0 = greedy (default)")
+    ap.add_argument("--top-p", type=non_negative_float, default=1.0, help="nucleus sampling (1 = off)")
+    ap.add_argument("--top-k", type=non_negative_int, default=0, help="keep the K most likely tokens (0 = off)")
+    ap.add_argument("--seed", type=non_negative_int, help="seed for reproducible sampling")
+    ap.add_argument("--verbose", action="store_true", help="after each answer: tokens reused, prefilled, generated")
+    ap.add_argument("--version", action="version", version=f"fs-chat {__version__}")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    return run_main("fs-chat", lambda: _run(args), KNOWN_ERRORS)
+
+
+def _run(args: argparse.Namespace) -> int:
+    model, tok = load_from_args(args)
+    sampling = dict(max_new_tokens=args.max_tokens, temperature=args.temp, top_p=args.top_p, top_k=args.top_k)
+    chat = ChatSession(model, tok, system=args.system, enable_thinking=args.enable_thinking, seed=args.seed,
+                       **sampling)  # fmt: skip
+    out = sys.stdout
+    print(f"[fs-chat] {args.model or 'the demo model'}. /help for commands, /quit or Ctrl-D to leave.", file=out)
+    while True:
+        try:
+            line = _read_line(">> ", out)
+        except EOFError:
+            print(file=out)
+            return 0
+        except KeyboardInterrupt:
+            print("\n(Ctrl-D or /quit to leave)", file=out)
+            continue
+        if not line.strip():
+            continue
+        if line.startswith("/"):
+            if _command(chat, line.strip(), out):
+                return 0
+            continue
+        _answer(chat, line, out, args.verbose)
+
+
+def _read_line(prompt: str, out: TextIO) -> str:
+    """``input()``, except that Ctrl-C interrupts it: the kernels' worker threads may take the SIGINT, leaving the
+    main thread blocked in ``read``; polling with a timeout lets Python run the handler (KeyboardInterrupt)."""
+    out.write(prompt)
+    out.flush()
+    if sys.stdin.isatty():
+        while not select.select([sys.stdin], [], [], 0.1)[0]:
+            pass
+    line = sys.stdin.readline()
+    if not line:
+        raise EOFError
+    return line.rstrip("\n")
+
+
+def _answer(chat: ChatSession, text: str, out: TextIO, verbose: bool) -> None:
+    stopped = False
+    try:
+        for step in chat.ask(text):
+            out.write(step.text)
+            out.flush()
+    except KeyboardInterrupt:
+        stopped = True
+    except GenerateError as e:  # the conversation outgrew the context: say so, keep the session
+        print(f"error: {e} (/reset starts over)", file=out)
+        return
+    print("\n[stopped]" if stopped else "", file=out)
+    if verbose:
+        r = chat.last
+        print(f"[{chat.reused} tokens reused, {chat.prefilled} prefilled, {len(r.token_ids)} generated, "
+              f"{r.generation_tps:.1f} tokens-per-sec]", file=out)  # fmt: skip
+
+
+def _command(chat: ChatSession, line: str, out: TextIO) -> bool:
+    """Run one /command; True to leave."""
+    name, _, rest = line.partition(" ")
+    rest = rest.strip()
+    if name in ("/quit", "/exit", "/q"):
+        return True
+    if name == "/reset":
+        chat.reset(chat.system)
+        print("[conversation reset]", file=out)
+    elif name == "/system":
+        chat.reset(rest or None)
+        print(f"[system prompt {'set' if rest else 'cleared'}; conversation reset]", file=out)
+    elif name == "/think" and rest in ("on", "off"):
+        chat.enable_thinking = rest == "on"
+        print(f"[thinking {rest}]", file=out)
+    elif name == "/save" and rest:
+        try:
+            write_atomic(rest, json.dumps({"messages": chat.messages}, ensure_ascii=False, indent=2) + "\n")
+        except OSError as e:
+            print(f"error: cannot write {rest}: {e.strerror}", file=out)
+        else:
+            print(f"[saved {len(chat.messages)} messages to {rest}]", file=out)
+    else:
+        print(HELP, file=out)
+    return False
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,70 @@
+"""The flags every fs-generate command shares for choosing and loading a model, and the loading itself.
+
+``fs-generate``, ``fs-cache-prompt``, ``fs-chat`` and ``fs-bench`` take the same ``--model``, ``--backend``,
+``--dtype``, ``--quantize`` and ``--threads`` with the same meanings; they are declared here once, and
+``load_from_args`` is the one place that applies ``--threads``, prints the loading line and draws the byte
+progress bar (on a terminal, unless ``--quiet``).
+"""
+
+import argparse
+import sys
+import time
+from typing import Any
+
+from fs_tokenizer import Tokenizer
+from fs_weights.command_line import positive_int, progress_bar
+
+from .demo import demo_banner
+from .resolve import load
+
+
+def add_model_flags(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument(
+        "--model",
+        help="local model directory or Hugging Face id (Qwen/Qwen3-0.6B); default: the tiny "
+        "demo model shipped with fs-generate",
+    )
+    ap.add_argument("--backend", choices=["numpy", "mlx"], default="numpy")
+    ap.add_argument("--threads", type=positive_int, help="cap the CPU kernels' threads (default: every core)")
+    ap.add_argument(
+        "--dtype",
+        choices=["float32", "bfloat16", "float16", "native"],
+        help="MLX: compute dtype (default: the checkpoint's); numpy: native (the default) keeps the checkpoint's "
+        "storage (bf16, MLX 4/8-bit) on the CPU kernels, float32 computes on float32 copies (BLAS), bfloat16 "
+        "keeps bf16 bits",
+    )
+    ap.add_argument(
+        "--quantize", choices=["int8", "int4"], help="numpy: quantize weights at load (MLX affine, group 64)"
+    )
+    ap.add_argument("--quiet", "-q", action="store_true", help="no loading line or progress bars on stderr")
+
+
+def load_from_args(args: argparse.Namespace) -> tuple[Any, Tokenizer]:
+    """Apply ``--threads``, then load ``--model`` (the demo model without one) as the flags say."""
+    err = sys.stderr
+    if args.threads is not None:
+        from fs_model.cpu import set_threads
+
+        set_threads(args.threads)
+    t0 = time.perf_counter()
+    if not args.quiet:
+        if args.model is None:
+            print(demo_banner(), file=err)
+        print(f"loading {args.model or 'the demo model'} ({args.backend}) ...", end="", file=err, flush=True)
+    bar, close = progress_bar(err) if err.isatty() and not args.quiet else (None, lambda: None)
+    try:
+        model, tok = load(args.model, backend=args.backend, dtype=args.dtype, quantize=args.quantize, progress=bar)
+    except BaseException:
+        close()
+        if not args.quiet:
+            print(file=err)  # end the "loading ..." line before the error line
+        raise
+    close()
+    if not args.quiet:
+        print(f"{' done' if bar else ''} {time.perf_counter() - t0:.1f}s", file=err, flush=True)
+        if model.config.vocab_size < 1024:
+            print(
+                "note: this is a tiny model; for real output pass --model Qwen/Qwen3-0.6B or a local Qwen3 directory",
+                file=err,
+            )
+    return model, tok
