@@ -95,7 +95,9 @@ def test_quantized_layout(tmp_path, tiny, bits, group):
     exact = random_tensor(name, (128, 64), tiny, 0)
     w = ck.get(name, dequantize=True)
     scale = np.repeat(ck.get(name.replace("weight", "scales")), group, axis=1)
-    assert w.shape == (128, 64) and np.all(np.abs(w - exact) <= np.abs(scale) * 0.51 + 1e-2)
+    assert w.shape == (128, 64) and np.all(
+        np.abs(w - exact) <= np.abs(scale) * 1.01 + 1e-2
+    )  # one step: quantize's docstring
 
 
 def test_cross_check_finds_missing_unexpected_and_misshaped(tmp_path, tiny):

@@ -33,8 +33,9 @@ def test_dequantize_matches_the_format_and_quantize_error_is_bounded(bits, group
     packed, scales, biases = quantize(w, bits=bits, group_size=group)
     ours = dequantize(packed, scales, biases, bits=bits, group_size=group)
     np.testing.assert_allclose(ours, reference_dequantize(packed, scales, biases, bits, group), rtol=1e-6, atol=1e-6)
-    step = np.repeat(scales, group, axis=1)
-    assert np.all(np.abs(ours - w) <= step / 2 + 1e-6)
+    step = np.repeat(np.abs(scales), group, axis=1)
+    # mlx's rule pins the larger edge to an exact code, so the far edge may clip by up to one step (not half)
+    assert np.all(np.abs(ours - w) <= step + 1e-6)
 
 
 def test_negative_scales_are_honoured():

@@ -9,7 +9,16 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from fs_weights import Checkpoint, Qwen3Config, WeightsError, cross_check, load_config, load_generation_config
+from fs_weights import (
+    Checkpoint,
+    GenerationConfig,
+    Qwen3Config,
+    WeightsError,
+    cross_check,
+    load_config,
+    load_generation_config,
+)
+from fs_weights.gguf_file import open_gguf
 
 from .errors import ModelError
 from .model import Model
@@ -45,7 +54,8 @@ def load_model(
     kv_dtype: str | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> Model:
-    """``path`` is a model directory.
+    """``path`` is a model directory, or a llama.cpp ``.gguf`` file (F32/F16/BF16/Q8_0/Q4_0 tensors; Q8_0 and Q4_0
+    load as MLX affine 8/4-bit, group 32, without requantizing).
 
     numpy backend (always computes in float32): ``dtype=None``/``"native"`` keeps matrices as stored, as mlx-lm
     does (bf16 stays bf16 bits, an MLX 4/8-bit checkpoint stays quantized, float32 stays float32) and runs them
@@ -60,14 +70,20 @@ def load_model(
     p = Path(path)
     if backend not in BACKENDS:
         raise ModelError(f"unknown backend {backend!r} (choose from {', '.join(BACKENDS)})")
-    if not p.is_dir():
-        raise ModelError(f"{p}: not a model directory")
+    gguf = p.is_file() and p.suffix == ".gguf"
+    if not p.is_dir() and not gguf:
+        raise ModelError(f"{p}: not a model directory (nor a .gguf file)")
     try:
-        config = load_config(p)
+        if gguf:  # config and EOS set from the file's metadata
+            ckpt, raw, eos = open_gguf(p)
+            config = Qwen3Config.from_dict(raw, source=str(p))
+            generation: GenerationConfig | None = GenerationConfig(eos_token_id=tuple(eos))
+        else:
+            config = load_config(p)
+            ckpt = Checkpoint.open(p)
+            generation = load_generation_config(p)
         check_supported(config)
-        ckpt = Checkpoint.open(p)
         cross_check(config, ckpt, strict=True)
-        generation = load_generation_config(p)
         digest = ckpt.digest()
     except WeightsError as e:
         raise ModelError(str(e)) from None

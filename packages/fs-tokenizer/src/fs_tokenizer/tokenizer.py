@@ -16,6 +16,7 @@ from .bpe import BPE
 from .bytelevel import token_bytes
 from .chat import ChatTemplate
 from .errors import TokenizerError
+from .gguf_vocab import spec_from_gguf
 from .pipeline import PreTokenizer, build_normalizer
 from .stream import StreamDecoder
 
@@ -95,6 +96,10 @@ class Tokenizer:
         """A model directory (tokenizer.json, or vocab.json + merges.txt; plus tokenizer_config.json and
         generation_config.json when present) or a tokenizer.json file."""
         p = Path(path)
+        if p.is_file() and p.suffix == ".gguf":
+            raise TokenizerError(
+                f"{p}: a GGUF file; its tokenizer is Tokenizer.from_gguf_metadata(fs_weights.GGUFFile(path).metadata)"
+            )
         if p.is_file():
             return _digested(cls(load_json(p, dict), source=str(p)), [p])
         if not p.is_dir():
@@ -111,6 +116,14 @@ class Tokenizer:
             tok = cls(from_vocab_merges(p / "vocab.json", p / "merges.txt", config), config, gen, source=str(p))
             return _digested(tok, [p / "vocab.json", p / "merges.txt", *extra])
         raise TokenizerError(f"{p}: no tokenizer.json (nor vocab.json + merges.txt)")
+
+    @classmethod
+    def from_gguf_metadata(cls, meta: dict[str, Any], source: str = "<gguf>") -> "Tokenizer":
+        """The vocabulary a GGUF file carries, from its metadata fields (``gguf_vocab``)."""
+        spec, config, gen = spec_from_gguf(meta, source)
+        tok = cls(spec, config, gen, source=source)
+        tok.digest = hashlib.sha256(json.dumps([spec, config, gen], sort_keys=True).encode()).hexdigest()
+        return tok
 
     # --- encode ---------------------------------------------------------------------------------------------
 

@@ -1,8 +1,9 @@
 """A checkpoint: one or more safetensors files behind one name -> tensor map, read lazily.
 
-``Checkpoint.open`` accepts a model directory, a single ``.safetensors`` file or a sharded
-``model.safetensors.index.json``. Headers are parsed up front (cheap); bytes are mapped on first access, so
-reading one layer of a multi-GB checkpoint touches only that layer's pages.
+``Checkpoint.open`` accepts a model directory, a single ``.safetensors`` file, a sharded
+``model.safetensors.index.json``, or a llama.cpp ``.gguf`` file (``gguf_file``). Headers are parsed up front
+(cheap); bytes are mapped on first access, so reading one layer of a multi-GB checkpoint touches only that
+layer's pages.
 """
 
 import hashlib
@@ -42,6 +43,10 @@ class Checkpoint:
         p = Path(path)
         if not p.exists():
             raise WeightsError(f"{p}: no such file or directory")
+        if p.is_file() and p.suffix == ".gguf":
+            from .gguf_file import open_gguf
+
+            return open_gguf(p)[0]
         quant = _quantization(p.parent if p.is_file() else p)
         if p.is_dir():
             if (p / INDEX).exists():
@@ -140,7 +145,7 @@ class Checkpoint:
         for name in self.names():
             t = self.info(name)
             h.update(f"{name}\0{t.dtype}\0{t.shape}\0".encode("utf-8", "surrogatepass"))
-            raw = self.raw(name).reshape(-1).view(np.uint8)
+            raw = self._file(name).stored_bytes(name)
             if raw.size <= DIGEST_SAMPLES * DIGEST_SLICE:
                 h.update(raw.tobytes())
                 continue

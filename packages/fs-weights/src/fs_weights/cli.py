@@ -1,4 +1,5 @@
-"""``fs-weights inspect PATH [--json]`` and ``fs-weights random OUT --preset ...``."""
+"""``fs-weights inspect PATH [--json]``, ``fs-weights random OUT --preset ...`` and
+``fs-weights convert SRC OUT [--dtype D] [--quantize 4|8 --group-size G]``."""
 
 import argparse
 import json
@@ -35,11 +36,60 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--max-shard-size", type=positive_float, default=2.0, help="GiB per shard (default 2)")
     r.add_argument("--untied", action="store_true", help="write a separate lm_head")
     r.add_argument("--overwrite", action="store_true")
+    c = sub.add_parser(
+        "convert",
+        help="write a model as an MLX-layout directory (mlx_lm.convert's): another dtype, or 4/8-bit quantized",
+    )
+    c.add_argument("src", nargs="?", help="model directory or Hugging Face id (or --hf-path)")
+    c.add_argument("out", nargs="?", help="directory to create (or --mlx-path)")
+    c.add_argument("--hf-path", help="mlx_lm.convert's name for SRC")
+    c.add_argument("--mlx-path", help="mlx_lm.convert's name for OUT")
+    c.add_argument("--dtype", choices=["bfloat16", "float16", "float32"], help="default: the source's")
+    c.add_argument("--quantize", type=int, choices=[4, 8], metavar="BITS", help="quantize to 4 or 8 bits")
+    c.add_argument("-q", action="store_true", help="mlx_lm.convert's: quantize to --q-bits (default 4)")
+    c.add_argument("--q-bits", type=int, choices=[4, 8], default=4, help=argparse.SUPPRESS)
+    c.add_argument("--group-size", "--q-group-size", type=int, default=64, choices=[32, 64, 128])
+    c.add_argument("--max-shard-size", type=positive_float, default=2.0, help="GiB per shard (default 2)")
+    c.add_argument("--overwrite", action="store_true")
+    c.add_argument("--quiet", action="store_true", help="no progress bar")
     args = ap.parse_args(argv)
+    if args.cmd == "convert":
+        args.src, args.out = args.src or args.hf_path, args.out or args.mlx_path
+        if args.src is None or args.out is None:
+            c.error("give SRC and OUT (or --hf-path and --mlx-path)")
+        if args.q and args.quantize is None:
+            args.quantize = args.q_bits
     return run_main("fs-weights", lambda: _run(args), (WeightsError, OSError))
 
 
+def _convert(args: argparse.Namespace) -> int:
+    from .convert import convert_checkpoint
+    from .hub import resolve_model_path
+
+    t0 = time.perf_counter()
+    src = resolve_model_path(args.src)
+    bar, close = progress_bar(sys.stderr) if sys.stderr.isatty() and not args.quiet else (None, lambda: None)
+    try:
+        out = convert_checkpoint(
+            src,
+            args.out,
+            dtype=args.dtype,
+            quantize=args.quantize,
+            group_size=args.group_size,
+            max_shard_bytes=int(args.max_shard_size * 1024**3),
+            overwrite=args.overwrite,
+            progress=bar,
+        )
+    finally:
+        close()
+    what = f"{args.quantize}-bit, group {args.group_size}" if args.quantize else (args.dtype or "source dtype")
+    print(f"wrote {out} ({what}) in {time.perf_counter() - t0:.1f}s")
+    return 0
+
+
 def _run(args: argparse.Namespace) -> int:
+    if args.cmd == "convert":
+        return _convert(args)
     if args.cmd == "inspect":
         report = tensor_report(args.path)
         print(json.dumps(report, indent=2) if args.json else format_table(report))

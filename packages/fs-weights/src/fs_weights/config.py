@@ -177,6 +177,8 @@ def check_quantization(q: Any, source: str) -> dict[str, Any]:
     (``"model.layers.0.mlp.down_proj": {"bits": 8, "group_size": 64}``, or ``false`` for a module left float)."""
     if not isinstance(q, dict):
         raise ConfigError(f"{source}: 'quantization' must be an object, got {type(q).__name__}")
+    if q.get("mode", "affine") != "affine":  # mlx's mxfp4 / nvfp4 pack other codes in the same tensor names
+        raise ConfigError(f"{source}: 'quantization': mode {q['mode']!r} is not supported (only 'affine')")
     for where, entry in [("", q)] + [(f"{k!r} ", v) for k, v in q.items() if isinstance(v, dict)]:
         for key, allowed in (("bits", QUANT_BITS), ("group_size", QUANT_GROUPS)):
             v = entry.get(key)

@@ -50,14 +50,23 @@ def dequantize(packed: np.ndarray, scales: np.ndarray, biases: np.ndarray, *, bi
 
 
 def quantize(w: np.ndarray, *, bits: int, group_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``w [out, in]`` -> (packed uint32, scales f32, biases f32): min/max affine per group."""
+    """``w [out, in]`` -> (packed uint32, scales f32, biases f32), bit for bit what ``mx.quantize`` gives for the
+    same float32 values (and, after rounding scales and biases to bf16, for bf16 input): per group the edge of
+    larger magnitude becomes the bias and maps to an exact code, so that a group's 0 stays exactly 0 when the
+    edge is a multiple of the step; the scale is negative when the maximum is that edge."""
     _check(bits, group_size)
     out, n = w.shape
     if n % group_size:
         raise WeightsError(f"input width {n} is not a multiple of group_size {group_size}")
     g = w.astype(np.float32).reshape(out, n // group_size, group_size)
-    lo, hi = g.min(axis=-1), g.max(axis=-1)
-    levels = (1 << bits) - 1
-    scales = np.maximum((hi - lo) / levels, 1e-8).astype(np.float32)
-    codes = np.clip(np.rint((g - lo[..., None]) / scales[..., None]), 0, levels).astype(np.uint8)
-    return pack(codes.reshape(out, n), bits), scales, lo.astype(np.float32)
+    levels = np.float32((1 << bits) - 1)
+    hi, lo = g.max(axis=-1, keepdims=True), g.min(axis=-1, keepdims=True)
+    low_edge = np.abs(lo) > np.abs(hi)
+    step = np.maximum((hi - lo) / levels, np.float32(1e-7))
+    scales = np.where(low_edge, step, -step)
+    edge = np.where(low_edge, lo, hi)
+    q0 = np.rint(edge / scales)
+    scales = np.where(q0 != 0, edge / np.where(q0 != 0, q0, 1), scales).astype(np.float32)
+    biases = np.where(q0 == 0, np.float32(0), edge).astype(np.float32)
+    codes = np.clip(np.rint((g - biases) / scales), 0, levels).astype(np.uint8)
+    return pack(codes.reshape(out, n), bits), scales[..., 0], biases[..., 0]

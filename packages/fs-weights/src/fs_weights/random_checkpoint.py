@@ -8,8 +8,6 @@ sharding, dtype order or which other tensors exist.
 import json
 import math
 import os
-import shutil
-import tempfile
 import zlib
 from collections.abc import Callable
 from pathlib import Path
@@ -18,13 +16,12 @@ from typing import Any
 import numpy as np
 
 from . import byte_tokenizer
-from .atomic import current_umask
 from .config import Qwen3Config
 from .crosscheck import expected_tensors, is_quantizable, stored_tensors
-from .dtypes import code_for, from_float32, itemsize
+from .dtypes import code_for, from_float32
 from .errors import WeightsError
+from .model_dir import DEFAULT_SHARD_BYTES, building, check_target, copy_tokenizer, counted, write_shards
 from .quantize import quantize
-from .safetensors import write_safetensors
 
 PRESETS: dict[str, dict[str, Any]] = {
     "qwen3-0.6b": dict(
@@ -59,8 +56,6 @@ PRESETS: dict[str, dict[str, Any]] = {
     ),
 }
 GENERATION_SAMPLING = {"do_sample": True, "temperature": 0.6, "top_k": 20, "top_p": 0.95}  # Qwen3's defaults
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt")
-DEFAULT_SHARD_BYTES = 2 * 1024**3
 
 
 def preset(name: str, **overrides: Any) -> Qwen3Config:
@@ -105,8 +100,7 @@ def write_random_checkpoint(
         code = code_for(dtype)
     except KeyError:
         raise WeightsError(f"dtype {dtype!r} is not one of float32, float16, bfloat16") from None
-    if out.exists() and any(out.iterdir()) and not overwrite:
-        raise WeightsError(f"{out}: exists and is not empty (pass overwrite=True to replace it)")
+    check_target(out, overwrite)
     if tokenizer == "bytes":
         if config.vocab_size < byte_tokenizer.VOCAB_SIZE:
             raise WeightsError(
@@ -118,40 +112,18 @@ def write_random_checkpoint(
         cfg["quantization"] = {"group_size": group_size, "bits": quantize}
     cfg_obj = Qwen3Config.from_dict(cfg, source=str(out / "config.json"))  # validate before any work
     layout = {n: (s, d or code) for n, (s, d) in stored_tensors(cfg_obj, quantize, group_size).items()}
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp"))
-    try:
+    with building(out) as tmp:
         produce = _producer(cfg_obj, seed, code, quantize, group_size)
         if progress is not None:
-            produce = _counted(produce, layout, progress)
-        _write_shards(tmp, layout, produce, max_shard_bytes)
+            produce = counted(produce, layout, progress)
+        write_shards(tmp, layout, produce, max_shard_bytes)
         (tmp / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
         (tmp / "generation_config.json").write_text(json.dumps(_generation_config(cfg_obj), indent=2) + "\n")
         if tokenizer == "bytes":
             byte_tokenizer.write_byte_tokenizer(tmp)
         elif tokenizer is not None:
-            _copy_tokenizer(Path(tokenizer), tmp)
-        os.chmod(tmp, 0o777 & ~current_umask())
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+            copy_tokenizer(Path(tokenizer), tmp)
     return out
-
-
-def _counted(produce: Any, layout: dict[str, tuple[tuple[int, ...], str]], progress: Any) -> Any:
-    total = sum(math.prod(s) * itemsize(c) for s, c in layout.values())
-    done = [0]
-
-    def counted(name: str) -> np.ndarray:
-        arr = produce(name)
-        done[0] += arr.nbytes
-        progress(done[0], total)
-        return arr
-
-    return counted
 
 
 def _producer(c: Qwen3Config, seed: int, code: str, bits: int | None, group: int):
@@ -173,41 +145,6 @@ def _producer(c: Qwen3Config, seed: int, code: str, bits: int | None, group: int
         ]
 
     return produce
-
-
-def _write_shards(out: Path, layout: dict[str, tuple[tuple[int, ...], str]], produce, max_bytes: int) -> None:
-    shards: list[dict[str, tuple[tuple[int, ...], str]]] = [{}]
-    size = 0
-    for name, (shape, code) in layout.items():
-        nbytes = math.prod(shape) * itemsize(code)
-        if shards[-1] and size + nbytes > max_bytes:
-            shards.append({})
-            size = 0
-        shards[-1][name] = (shape, code)
-        size += nbytes
-    meta = {"format": "pt"}
-    if len(shards) == 1:
-        write_safetensors(out / "model.safetensors", shards[0], produce, meta)
-        return
-    weight_map, total = {}, 0
-    for k, shard in enumerate(shards, 1):
-        fname = f"model-{k:05d}-of-{len(shards):05d}.safetensors"
-        write_safetensors(out / fname, shard, produce, meta)
-        for name, (shape, code) in shard.items():
-            weight_map[name] = fname
-            total += math.prod(shape) * itemsize(code)
-    index = {"metadata": {"total_size": total}, "weight_map": weight_map}
-    (out / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
-
-
-def _copy_tokenizer(src: Path, dst: Path) -> None:
-    if src.is_file():
-        src = src.parent
-    if not (src / "tokenizer.json").exists():
-        raise WeightsError(f"{src}: no tokenizer.json to copy into the checkpoint")
-    for f in TOKENIZER_FILES:
-        if (src / f).exists():
-            shutil.copyfile(src / f, dst / f)
 
 
 def _generation_config(c: Qwen3Config) -> dict[str, Any]:

@@ -169,6 +169,10 @@ class SafetensorsFile:
             os.close(self._fd)
             self._fd = None
 
+    def stored_bytes(self, name: str) -> np.ndarray:
+        """Tensor ``name``'s bytes in the file, flat (what a checkpoint digest samples)."""
+        return self.raw(name).reshape(-1).view(np.uint8)
+
     def release(self, name: str) -> None:
         """Drop tensor ``name``'s pages from this process's resident memory (``MADV_DONTNEED``); they stay in the
         file, and a later access reads them back. For loaders that convert a tensor and keep only the result."""

@@ -1,0 +1,114 @@
+"""GGUF input: a Qwen3 GGUF file loads as a model and a tokenizer (``--model file.gguf``), proven by round-trips
+through the project's exporter (llama.cpp's layout, the ``gguf`` package's own quantizers) against the safetensors
+load of the same weights."""
+
+import json
+
+import numpy as np
+import pytest
+
+from fs_generate import GenerateError, generate, load
+from fs_generate.cli import main as generate_main
+from fs_tokenizer import Tokenizer
+from fs_tokenizer.gguf_vocab import gguf_fields
+from fs_weights import Checkpoint, preset, write_random_checkpoint
+from fs_weights.convert import convert_checkpoint
+from fs_weights.gguf_export import write_gguf
+
+gguf = pytest.importorskip("gguf", reason="gguf is a dependency of fs-weights[gguf], which fs-generate requires")
+TEXTS = ["Hello world", "def f(x):\n    return x**2  # 你好", "<|im_start|>user\n<think>hi</think><|im_end|>",
+         "naïve café \r\n\t 123456 it's", "🙂 emoji"]  # fmt: skip
+IDS = [9707, 11, 1879, 0, 42, 1000, 151644, 3838]
+
+
+@pytest.fixture(scope="module")
+def sources(tmp_path_factory, qwen3_tokenizer_dir):
+    root = tmp_path_factory.mktemp("gguf")
+    f32 = write_random_checkpoint(root / "f32", preset("tiny", tie_word_embeddings=False), dtype="float32",
+                                  tokenizer=qwen3_tokenizer_dir)  # fmt: skip
+    bf16 = write_random_checkpoint(root / "bf16", preset("tiny"), dtype="bfloat16", tokenizer=qwen3_tokenizer_dir)
+    return {"F32": f32, "BF16": bf16, "F16": convert_checkpoint(f32, root / "f16", dtype="float16"), "Q8_0": bf16,
+            "Q4_0": bf16}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def exported(sources, tmp_path_factory):
+    """ggml type -> its GGUF file, written once per module."""
+    root, made = tmp_path_factory.mktemp("exported"), {}
+
+    def get(ggml_type):
+        if ggml_type not in made:
+            src = sources[ggml_type]
+            fields = gguf_fields(Tokenizer.from_pretrained(src), preset("tiny").vocab_size)
+            made[ggml_type] = write_gguf(src, root / f"{ggml_type}.gguf", ggml_type=ggml_type, tokenizer_fields=fields)
+        return made[ggml_type]
+
+    return get
+
+
+@pytest.mark.parametrize("ggml_type", ["F32", "F16", "BF16"])
+def test_float_files_give_the_safetensors_logits_bit_for_bit(sources, exported, ggml_type):
+    src = sources[ggml_type]
+    f = exported(ggml_type)
+    model, tok = load(str(f))
+    ref, rtok = load(str(src))
+    assert all(tok.encode(t) == rtok.encode(t) for t in TEXTS)
+    assert np.array_equal(np.asarray(model.forward(IDS)), np.asarray(ref.forward(IDS)))
+    assert model.config.tie_word_embeddings == ref.config.tie_word_embeddings
+    assert model.eos_token_ids == {151645, 151643}  # <|im_end|> and <|endoftext|>, as llama.cpp stops
+
+
+@pytest.mark.parametrize("ggml_type, bits", [("Q8_0", 8), ("Q4_0", 4)])
+def test_quantized_files_hold_exactly_the_gguf_blocks_as_mlx_affine(sources, exported, ggml_type, bits):
+    f = exported(ggml_type)
+    ours = Checkpoint.open(f)
+    name, qtype = "model.layers.1.mlp.down_proj.weight", gguf.GGMLQuantizationType[ggml_type]
+    want = gguf.quants.dequantize(gguf.quants.quantize(Checkpoint.open(sources[ggml_type]).get(name), qtype), qtype)
+    assert ours.quant_params(name) == (bits, 32)
+    np.testing.assert_array_equal(ours.get(name, dequantize=True), want)
+    model, tok = load(str(f))  # the quantized kernels (bf16 K/V), against float32 copies of the same values
+    exact, _ = load(str(f), dtype="float32")
+    a, b = np.asarray(model.forward(IDS)), np.asarray(exact.forward(IDS))
+    assert np.abs(a - b).max() <= 1e-2 * np.abs(b).max()  # the bf16 tolerance
+    greedy = [generate(m, tok, "Hello", max_new_tokens=4).token_ids for m in (model, exact)]
+    assert greedy[0] == greedy[1]
+
+
+def test_the_mlx_backend_reads_the_same_file(exported, reference):
+    reference("mlx.core")
+    f = exported("Q4_0")
+    a = np.asarray(load(str(f), backend="mlx", dtype="float32")[0].forward(IDS))
+    b = np.asarray(load(str(f), dtype="float32")[0].forward(IDS))
+    assert np.abs(a - b).max() <= 1e-4 * np.abs(b).max()
+
+
+def test_fs_generate_takes_a_gguf_model(sources, exported, capsys):
+    f = exported("BF16")
+    assert generate_main(["--model", str(f), "-p", "Hello", "-m", "5", "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    model, tok = load(str(sources["BF16"]))
+    assert got["token_ids"] == generate(model, tok, tok.apply_chat_template(
+        [{"role": "user", "content": "Hello"}], add_generation_prompt=True, enable_thinking=False, tokenize=True),
+        max_new_tokens=5).token_ids  # fmt: skip
+
+
+def test_bad_gguf_files_are_refused_by_name(exported, tmp_path):
+    f = exported("BF16")
+    data = f.read_bytes()
+    (tmp_path / "cut.gguf").write_bytes(data[: len(data) // 2])
+    (tmp_path / "text.gguf").write_bytes(b"not a gguf file at all")
+    for bad in ("cut.gguf", "text.gguf"):
+        with pytest.raises(GenerateError, match="GGUF"):
+            load(str(tmp_path / bad))
+    w = gguf.GGUFWriter(str(tmp_path / "llama.gguf"), "llama")
+    w.add_block_count(1)
+    w.add_tensor("token_embd.weight", np.zeros((8, 32), np.float32))
+    w.write_header_to_file(), w.write_kv_data_to_file(), w.write_tensors_to_file(), w.close()
+    with pytest.raises(GenerateError, match="only 'qwen3'"):
+        load(str(tmp_path / "llama.gguf"))
+    w = gguf.GGUFWriter(str(tmp_path / "q41.gguf"), "qwen3")
+    q = gguf.GGMLQuantizationType.Q4_1
+    w.add_tensor("token_embd.weight", gguf.quants.quantize(np.zeros((8, 32), np.float32), q), raw_dtype=q)
+    w.write_header_to_file(), w.write_kv_data_to_file(), w.write_tensors_to_file(), w.close()
+    with pytest.raises(GenerateError, match="Q4_1; supported: F32, F16, BF16, Q8_0, Q4_0"):
+        load(str(tmp_path / "q41.gguf"))

@@ -1,0 +1,102 @@
+"""Write a Qwen3 checkpoint as a llama.cpp GGUF file (F32, F16, BF16, Q8_0 or Q4_0), through the ``gguf`` package.
+
+The layout is llama.cpp's converter's for Qwen3: ``gguf_file.NAMES`` in reverse, 1-D tensors (norms) in F32,
+every matrix (the embedding included) in the chosen type, quantized by the ``gguf`` package's own Q8_0 / Q4_0
+quantizers, and the ``qwen3.*`` hyper-parameters. The vocabulary is the caller's: ``tokenizer_fields`` holds the
+``tokenizer.*`` keys (fs-tokenizer's ``gguf_fields(tokenizer, vocab_size)`` makes them). The file is written
+beside ``out`` and renamed into place.
+"""
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .atomic import current_umask
+from .checkpoint import Checkpoint
+from .config import load_config
+from .errors import WeightsError
+from .gguf_file import BLOCK, TOP
+
+TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0")
+FILE_TYPE = {"F32": 0, "F16": 1, "Q4_0": 2, "Q8_0": 7, "BF16": 32}  # llama.cpp's LLAMA_FTYPE_* numbers
+
+
+def gguf_name(hf: str) -> str:
+    stem, _, suffix = hf.rpartition(".")
+    for g, h in TOP.items():
+        if stem == h:
+            return f"{g}.{suffix}"
+    parts = stem.split(".", 3)  # model, layers, N, rest
+    inverse = {v: k for k, v in BLOCK.items()}
+    if len(parts) == 4 and parts[:2] == ["model", "layers"] and parts[3] in inverse:
+        return f"blk.{parts[2]}.{inverse[parts[3]]}.{suffix}"
+    raise WeightsError(f"tensor {hf!r} has no GGUF name")
+
+
+def write_gguf(
+    src: str | os.PathLike[str],
+    out: str | os.PathLike[str],
+    *,
+    ggml_type: str = "BF16",
+    tokenizer_fields: Mapping[str, Any] | None = None,
+) -> Path:
+    import gguf
+
+    if ggml_type not in TYPES:
+        raise WeightsError(f"GGUF type {ggml_type!r} is not one of {', '.join(TYPES)}")
+    src_dir, target = Path(src), Path(out)
+    c = load_config(src_dir)
+    qtype = gguf.GGMLQuantizationType[ggml_type]
+    tmp = target.with_name(f".{target.name}.tmp")
+    try:
+        with Checkpoint.open(src_dir) as ckpt:
+            w = gguf.GGUFWriter(str(tmp), "qwen3")
+            w.add_context_length(c.max_position_embeddings)
+            w.add_embedding_length(c.hidden_size)
+            w.add_feed_forward_length(c.intermediate_size)
+            w.add_block_count(c.num_hidden_layers)
+            w.add_head_count(c.num_attention_heads)
+            w.add_head_count_kv(c.num_key_value_heads)
+            w.add_key_length(c.dim_head)
+            w.add_value_length(c.dim_head)
+            w.add_rope_freq_base(c.rope_theta)
+            w.add_layer_norm_rms_eps(c.rms_norm_eps)
+            w.add_file_type(FILE_TYPE[ggml_type])
+            for key, value in (tokenizer_fields or {}).items():
+                w.add_key_value(key, value, _value_type(gguf, value))
+            for name in ckpt.names():
+                if name.endswith((".scales", ".biases")):
+                    continue
+                x = ckpt.get(name, dequantize=True)
+                if x.ndim == 1 or qtype == gguf.GGMLQuantizationType.F32:
+                    w.add_tensor(gguf_name(name), x.astype(np.float32))
+                elif qtype == gguf.GGMLQuantizationType.F16:
+                    w.add_tensor(gguf_name(name), x.astype(np.float16))
+                else:
+                    w.add_tensor(gguf_name(name), gguf.quants.quantize(x, qtype), raw_dtype=qtype)
+            w.write_header_to_file()
+            w.write_kv_data_to_file()
+            w.write_tensors_to_file()
+            w.close()
+        os.chmod(tmp, 0o666 & ~current_umask())
+        os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return target
+
+
+def _value_type(gguf: Any, value: Any) -> Any:
+    T = gguf.GGUFValueType
+    if isinstance(value, bool):
+        return T.BOOL
+    if isinstance(value, int):
+        return T.UINT32
+    if isinstance(value, str):
+        return T.STRING
+    if isinstance(value, list):
+        return T.ARRAY
+    raise WeightsError(f"cannot store {type(value).__name__} as a GGUF value")
