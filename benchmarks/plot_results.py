@@ -22,6 +22,7 @@ def bars(ax, data: dict[str, float], title: str, unit: str) -> None:
         ax.text(v, i, f" {v:g}", va="center")
     ax.set_title(title)
     ax.set_xlabel(unit)
+    ax.margins(x=0.15)  # room for the value printed after the longest bar
     ax.invert_yaxis()
 
 
@@ -33,8 +34,8 @@ def main() -> None:
     bars(axes[0], r["prefill_128_tok_s"], "Qwen3-0.6B shapes: prefill, 128 tokens", "tokens/s")
     bars(axes[1], r["decode_tok_s"]["float32"], "decode, float32", "tokens/s")
     bars(axes[2], r["decode_tok_s"]["bfloat16"], "decode, bfloat16", "tokens/s")
-    fig.suptitle(r["machine"], fontsize=8, y=0.02)
-    fig.tight_layout()
+    fig.text(0.5, 0.01, r["machine"], fontsize=8, ha="center", va="bottom")
+    fig.tight_layout(rect=(0, 0.07, 1, 1))  # room for the machine line below the axes' labels
     fig.savefig(out / "model_speed.png", dpi=110)
     fig, axes = plt.subplots(1, 2, figsize=(11, 3))
     ctx = r["cached_decode_ms_per_token"]
@@ -64,10 +65,12 @@ def cpu_speed(r: dict, path: Path) -> None:
         for j, (label, color) in enumerate((("fs", "#2b6cb0"), ("llama.cpp", "#dd6b20"), ("mlx-lm", "#a0aec0"))):
             xs, ys = [], []
             for i, f in enumerate(formats):
-                name = f[1 + j]
+                name, x = f[1 + j], i + (j - 1) * 0.27
                 if name and name in engines:
-                    xs.append(i + (j - 1) * 0.27)
+                    xs.append(x)
                     ys.append(engines[name][key])
+                else:  # that engine has no such format, or it was not measured: say so, do not leave a gap
+                    ax.text(x, 0, "n/a", ha="center", va="bottom", fontsize=7, color=color, rotation=90)
             ax.bar(xs, ys, width=0.27, color=color, label=label)
             for x, y in zip(xs, ys, strict=True):
                 ax.text(x, y, f"{y:.0f}" if y >= 10 else f"{y:.1f}", ha="center", va="bottom", fontsize=7)

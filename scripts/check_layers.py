@@ -4,6 +4,8 @@
 2. Every internal requirement has a version bound, and that bound admits the member's current version.
 3. Every `import fs_x` in a package's source is a declared dependency (or the package itself).
 4. `__version__` in each package equals its pyproject version.
+5. Each package page is complete: description, readme, license (+ its file), keywords, classifiers, console scripts
+   that exist.
 """
 
 import re
@@ -56,6 +58,18 @@ def main() -> int:
                 dep = m.group(1).replace("_", "-")
                 if dep in LAYER and dep != name and dep not in declared:
                     errors.append(f"{f.relative_to(ROOT)} imports {m.group(1)}, which {name} does not declare")
+        for key in ("description", "readme", "license", "license-files", "keywords", "classifiers"):
+            if not proj.get(key):
+                errors.append(f"{name}: pyproject [project] has no {key!r} (the package's PyPI page needs it)")
+        if not (ROOT / "packages" / name / "LICENSE").is_file():
+            errors.append(f"{name}: no LICENSE file beside its pyproject.toml")
+        if "Typing :: Typed" not in proj.get("classifiers", []) or not (src / "py.typed").is_file():
+            errors.append(f"{name}: ships typed code: needs py.typed and the 'Typing :: Typed' classifier")
+        for script, target in proj.get("scripts", {}).items():
+            module, _, func = target.partition(":")
+            path = ROOT / "packages" / name / "src" / (module.replace(".", "/") + ".py")
+            if not path.is_file() or not re.search(rf"^def {func}\(", path.read_text(), re.M):
+                errors.append(f"{name}: console script {script} -> {target} does not exist")
         init = (src / "__init__.py").read_text()
         v = re.search(r'^__version__ = "([^"]+)"', init, re.M)
         if not v or v.group(1) != proj["version"]:

@@ -22,7 +22,7 @@ from . import __version__
 from .chat_prompt import rest_of_turn, whole_turn
 from .constraints import compile_grammar
 from .errors import GenerateError
-from .generate import Generator
+from .generate import ROTATING_KEEP, Generator
 from .model_flags import add_model_flags, load_from_args
 from .reused_prefix import load_prompt
 
@@ -37,7 +37,9 @@ prompt cache (mlx-lm's pair): fs-cache-prompt saves a prompt's K/V (under the te
   open); fs-generate --prompt-cache-file FILE --prompt TEXT continues that message with TEXT and prefills only it.
   A file made with other weights, tokenizer or K/V dtype is refused.
 stopping: an EOS id of the model (generation_config.json + config.json), --max-tokens, the context limit
-  (max_position_embeddings, or --max-kv-size), or any --stop string (the output is cut before it).
+  (max_position_embeddings, or --max-context), or any --stop string (the output is cut before it).
+--max-kv-size N (mlx-lm's meaning) bounds memory, not length: attention sees the first 4 positions and the most
+  recent N-4; positions still stop at max_position_embeddings.
 exit codes: 0 done, 2 bad input (unknown model, bad flag values, empty prompt, template errors).
 The last line on stderr is: prompt tokens and tok/s, generated tokens and tok/s, peak memory.
 """
@@ -71,7 +73,12 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--system-prompt", "--system", dest="system", help="system message (under the chat template)")
     ap.add_argument("--enable-thinking", action="store_true", help="let Qwen3 think (under the chat template)")
     ap.add_argument(
-        "--max-kv-size", type=positive_int, help="context limit in tokens (default: max_position_embeddings)"
+        "--max-kv-size",
+        type=positive_int,
+        help="mlx-lm's: keep at most N positions per layer - the first 4, then a sliding window (memory bound)",
+    )
+    ap.add_argument(
+        "--max-context", type=positive_int, help="stop at N tokens, prompt included (default: max_position_embeddings)"
     )
     ap.add_argument(
         "--prompt-cache-file",
@@ -158,6 +165,8 @@ def _run(args: argparse.Namespace) -> int:
         raise GenerateError("--chat and --ignore-chat-template contradict each other; give one")
     if args.ignore_chat_template and (args.system is not None or args.enable_thinking):
         raise GenerateError("--system-prompt and --enable-thinking need the chat template; drop --ignore-chat-template")
+    if args.max_kv_size is not None and args.max_kv_size <= ROTATING_KEEP:
+        raise GenerateError(f"--max-kv-size must be more than {ROTATING_KEEP} (the positions it always keeps)")
     if args.prompt_cache_file is not None and args.system is not None:
         raise GenerateError("--system-prompt belongs to the cached prompt; give it to fs-cache-prompt")
     if args.prompt_cache_file is not None and not Path(args.prompt_cache_file).is_file():
@@ -188,7 +197,8 @@ def _run(args: argparse.Namespace) -> int:
         stop=args.stop,
         eos_token_ids=_eos(args, model, tok),
         repetition_penalty=args.repetition_penalty,
-        context_limit=args.max_kv_size,
+        context_limit=args.max_context,
+        max_kv_size=args.max_kv_size,
         prefix_cache=prefix,
         **constraint,
     )

@@ -23,6 +23,8 @@ from .sampling import SamplingParams, choose, logprob, top_logprobs
 from .step import PREFILL_CHUNK, generate_step, last_logits, tokens_for
 from .stopping import StopStrings, resolve_eos
 
+ROTATING_KEEP = 4  # positions a rotating cache never drops (mlx-lm's: the attention sinks at the start)
+
 
 @dataclass(frozen=True)
 class GenerationStep:
@@ -104,6 +106,7 @@ class Generator:
         regex: str | None = None,
         grammar: str | None = None,
         top_logprobs: int = 0,
+        max_kv_size: int | None = None,
     ):
         if type(max_new_tokens) is not int or max_new_tokens < 0:
             raise GenerateError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
@@ -129,6 +132,12 @@ class Generator:
             raise GenerateError(f"prompt is {len(self.prompt)} tokens, longer than the context limit of {limit}")
         if prefix_cache is not None and not use_cache:
             raise GenerateError("prefix_cache needs use_cache=True")
+        if max_kv_size is not None:
+            if type(max_kv_size) is not int or max_kv_size <= ROTATING_KEEP:
+                raise GenerateError(f"max_kv_size must be an int > {ROTATING_KEEP}, got {max_kv_size!r}")
+            if prefix_cache is not None or not use_cache:
+                raise GenerateError("max_kv_size (a rotating cache) needs use_cache=True and no prefix_cache")
+        self.max_kv_size = max_kv_size
         self.limit, self.max_new, self.use_cache, self.prefix_cache = limit, max_new_tokens, use_cache, prefix_cache
         self.rng = np.random.default_rng(seed)
         self.result = Generation([], "", "length", prompt_ids=list(self.prompt))
@@ -210,6 +219,8 @@ class Generator:
         """Fresh caches, or caches resuming the longest prefix the prefix cache holds; (caches, reused tokens)."""
         if not self.use_cache:
             return None, 0
+        if self.max_kv_size is not None:  # mlx-lm's --max-kv-size: the first tokens, then a sliding window
+            return self.model.make_cache("rotating", max_size=self.max_kv_size, keep=ROTATING_KEEP), 0  # type: ignore[call-arg]
         if self.prefix_cache is not None:
             n, state = self.prefix_cache.match(self.prompt[:-1])  # the last prompt token must be fed for logits
             if n:

@@ -47,7 +47,11 @@ def last_logits(out: Any) -> np.ndarray:
     return np.asarray(to_numpy(out[:, -1]), dtype=np.float32)
 
 
-def _cache_array(caches: Sequence[Any] | None) -> Any:
+def _cache_array(model: CausalLM, caches: Sequence[Any] | None) -> Any:
+    """An array of the caches' kind, for a model without ``tokens_array`` (asked only then: a rotating cache
+    builds its ``key_values`` in temporal order, a copy)."""
+    if hasattr(model, "tokens_array"):
+        return None
     kv = getattr(caches[0], "key_values", None) if caches else None
     return kv[0] if kv is not None else None
 
@@ -58,7 +62,7 @@ def prefill(
     """Feed ``ids`` at ``offset`` (``chunk`` tokens per pass; all at once without caches) -> (last logits [V],
     forward passes). Needs at least one id."""
     ids = list(ids)
-    like, passes, out = _cache_array(caches), 0, None
+    like, passes, out = _cache_array(model, caches), 0, None
     step = chunk if caches is not None else max(1, len(ids))
     for at in range(0, len(ids), step):
         out = model(tokens_for(model, [ids[at : at + step]], like), offset + at, caches, logits_to_keep=1)
@@ -86,7 +90,7 @@ def generate_step(
         yield token, logprob(logits, token)
         seq.append(token)
         if caches is not None:
-            out = model(tokens_for(model, [[token]], _cache_array(caches)), at, caches, logits_to_keep=1)
+            out = model(tokens_for(model, [[token]], _cache_array(model, caches)), at, caches, logits_to_keep=1)
         else:
             out = model(tokens_for(model, [seq]), 0, None, logits_to_keep=1)
         logits, at = last_logits(out)[0], at + 1

@@ -1,4 +1,5 @@
-"""fs_kvcache: Dense, forkable, paged copy-on-write, block-prefix and radix prefix KV caches for numpy and MLX."""
+"""fs_kvcache: KV caches for numpy and MLX - dense and forkable, rotating (a sliding window), paged copy-on-write,
+block-prefix and radix prefix caches."""
 
 from .arrays import is_mlx, to_numpy
 from .block_prefix import BlockPrefixCache
@@ -9,6 +10,7 @@ from .kv_store import KVStore, PagedBatch, PagedLayer
 from .paged import BlockPool, PagedKVCache
 from .prompt_cache import identity_string, load_prompt_cache, save_prompt_cache
 from .radix import RadixPrefixCache
+from .rotating import RotatingKVCache
 
 __version__ = "0.1.0"
 __all__ = [
@@ -22,6 +24,7 @@ __all__ = [
     "PagedKVCache",
     "PagedLayer",
     "RadixPrefixCache",
+    "RotatingKVCache",
     "identity_string",
     "is_mlx",
     "load_prompt_cache",

@@ -44,3 +44,11 @@ def evaluate(*arrays: Any) -> None:
         import mlx.core as mx
 
         mx.eval(*arrays)
+
+
+def concat(like: Any, arrays: list[Any], axis: int) -> Any:
+    if is_mlx(like):
+        import mlx.core as mx
+
+        return mx.concatenate(arrays, axis=axis)
+    return np.concatenate(arrays, axis=axis)

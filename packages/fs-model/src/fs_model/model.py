@@ -10,7 +10,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from fs_kvcache import BlockPool, DenseKVCache, PagedKVCache
+from fs_kvcache import BlockPool, DenseKVCache, PagedKVCache, RotatingKVCache
 from fs_weights import Qwen3Config
 
 from .errors import ModelError
@@ -89,13 +89,18 @@ class Model:
         self._run(tokens, 0, None, None, out)
         return {k: np.asarray(self.to_numpy(v))[0] for k, v in out.items()}
 
-    def make_cache(self, kind: str = "dense", *, num_blocks: int = 1024, block_size: int = 16) -> list[Any]:
-        """One cache per layer: ``dense`` (growable, forkable) or ``paged`` (a block pool per layer)."""
+    def make_cache(
+        self, kind: str = "dense", *, num_blocks: int = 1024, block_size: int = 16, max_size: int = 0, keep: int = 4
+    ) -> list[Any]:
+        """One cache per layer: ``dense`` (growable, forkable), ``paged`` (a block pool per layer) or ``rotating``
+        (the first ``keep`` positions and a sliding window, ``max_size`` in all: mlx-lm's ``--max-kv-size``)."""
         if kind == "dense":
             return [DenseKVCache() for _ in range(self.n_layers)]
+        if kind == "rotating":
+            return [RotatingKVCache(max_size, keep) for _ in range(self.n_layers)]
         if kind == "paged":
             return [PagedKVCache(BlockPool(num_blocks, block_size)) for _ in range(self.n_layers)]
-        raise ModelError(f"unknown cache kind {kind!r} (choose 'dense' or 'paged')")
+        raise ModelError(f"unknown cache kind {kind!r} (choose 'dense', 'paged' or 'rotating')")
 
     @property
     def vocab_size(self) -> int:

@@ -45,7 +45,7 @@ class FusedAttention(Attention):
         self, x: np.ndarray, tables: tuple[np.ndarray, np.ndarray], cache: Any = None, pad: np.ndarray | None = None
     ) -> np.ndarray:
         B, S, _ = x.shape
-        if S != 1 and not self.all_steps:
+        if S != 1 and (not self.all_steps or hasattr(cache, "chunk_mask")):  # a rotating chunk: windowed mask
             return super().__call__(x, tables, cache, pad)
         q = fused.norm_rope(self.wq(x).reshape(B, S, self.nh, self.D), self.q_norm, self.eps, *tables)
         k = fused.norm_rope(self.wk(x).reshape(B, S, self.nkv, self.D), self.k_norm, self.eps, *tables)

@@ -214,6 +214,8 @@ class MlxModel(Model):
         S = tokens.shape[1]
         rope_offset: Any = int(offset)
         mask: Any = "causal" if S > 1 else None
+        if S > 1 and caches is not None and hasattr(caches[0], "chunk_mask"):  # a rotating cache's window
+            mask = mx.array(caches[0].chunk_mask(S))
         if pad is not None:  # per-row positions and a mask hiding each row's left padding
             rope_offset = mx.array((int(offset) - pad).tolist())
             T = int(offset) + S

@@ -46,6 +46,8 @@ class Attention:
             k, v = f32_to_bf16(k), f32_to_bf16(v)
         if isinstance(cache, PagedLayer):
             return self.wo(self._paged(q, k, v, cache).transpose(0, 2, 1, 3).reshape(B, S, self.nh * self.D))
+        # a rotating cache's chunk: which keys each query sees (a sliding window), asked before the update
+        allowed = cache.chunk_mask(S) if S > 1 and hasattr(cache, "chunk_mask") else None
         if cache is not None:
             k, v = cache.update_and_fetch(k, v)
         if self.kv_bf16:
@@ -55,7 +57,8 @@ class Attention:
         out = np.empty_like(qg)
         step = max(1, SCORES_BUDGET // (4 * B * self.nh * T))  # long prompts: the scores, a chunk of queries at a time
         for a in range(0, S, step):
-            out[:, :, :, a : a + step] = self._attend(qg[:, :, :, a : a + step], k, v, T - S + a, pad)
+            rows = allowed[a : a + step] if allowed is not None else None
+            out[:, :, :, a : a + step] = self._attend(qg[:, :, :, a : a + step], k, v, T - S + a, pad, rows)
         out = out.reshape(B, self.nh, S, self.D)
         return self.wo(out.transpose(0, 2, 1, 3).reshape(B, S, self.nh * self.D))
 
@@ -75,14 +78,25 @@ class Attention:
             out[:, :, a:b] = self._attend(qg, K, V, T - (b - a), None).reshape(1, self.nh, b - a, self.D)
         return out
 
-    def _attend(self, q: np.ndarray, k: np.ndarray, v: np.ndarray, first: int, pad: np.ndarray | None) -> np.ndarray:
-        """Queries q [B, nkv, G, s, D] at cache positions first .. first+s-1 over the keys they can see."""
+    def _attend(
+        self,
+        q: np.ndarray,
+        k: np.ndarray,
+        v: np.ndarray,
+        first: int,
+        pad: np.ndarray | None,
+        allowed: np.ndarray | None = None,
+    ) -> np.ndarray:
+        """Queries q [B, nkv, G, s, D] at cache positions first .. first+s-1 over the keys they can see
+        (``allowed`` [s, >= first+s]: a further per-query restriction, a rotating cache's window)."""
         s = q.shape[3]
         T = first + s  # causal: later keys are invisible to every query here
         k, v = k[:, :, :T], v[:, :, :T]
         scores = (q @ k[:, :, None].swapaxes(-1, -2)) * self.scale  # [B, nkv, G, s, T]
         if s > 1:  # query i sees keys 0 .. first + i
             scores = np.where(np.arange(T) <= first + np.arange(s)[:, None], scores, MASKED)
+        if allowed is not None:
+            scores = np.where(allowed[:, :T], scores, MASKED)
         if pad is not None:  # row b's first pad[b] cache positions are left padding: no query may see them
             visible = np.arange(T) >= pad[:, None]  # [B, T]
             scores = np.where(visible[:, None, None, None, :], scores, MASKED)

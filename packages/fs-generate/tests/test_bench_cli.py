@@ -1,0 +1,47 @@
+"""fs-bench: llama-bench's table (same columns, so rows paste side by side), one row per thread count and test,
+JSON rows with every sample, bad values refused before the model loads."""
+
+import json
+import re
+
+import pytest
+
+from fs_generate.bench_cli import main
+
+LLAMA_BENCH_HEADER = ["model", "size", "params", "backend", "threads", "test", "t/s"]  # llama-bench -o md
+
+
+def cells(line):
+    return [c.strip() for c in line.strip().strip("|").split("|")]
+
+
+def test_the_table_has_llama_bench_columns_and_a_row_per_test(tiny_dir, capsys):
+    assert main(["--model", str(tiny_dir), "-p", "16,32", "-n", "4", "-b", "1,3", "-t", "1,2", "-r", "2"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert cells(lines[0]) == LLAMA_BENCH_HEADER
+    assert all(re.fullmatch(r"-+:?", c) for c in cells(lines[1]))
+    rows = [cells(x) for x in lines[2:] if x.startswith("|")]
+    assert [(r[4], r[5]) for r in rows] == [(t, n) for t in ("1", "2") for n in ("pp16", "pp32", "tg4", "tg4 b3")]
+    assert all(re.fullmatch(r"qwen3 \d+M F32", r[0]) and r[3] == "CPU" for r in rows)  # tiny_dir: float32
+    assert all(re.fullmatch(r"\d+\.\d\d ± \d+\.\d\d", r[6]) for r in rows)
+    assert lines[-1].startswith("build: fs-generate ")
+
+
+def test_json_rows_carry_every_sample(tiny_dir, capsys):
+    assert main(["--model", str(tiny_dir), "-p", "8", "-n", "0", "-r", "3", "--json"]) == 0
+    out, err = capsys.readouterr()
+    (row,) = [json.loads(x) for x in out.strip().splitlines()]
+    assert row["test"] == "pp8" and len(row["samples_ts"]) == 3 and row["avg_ts"] > 0 and "loading" not in err
+
+
+@pytest.mark.parametrize(
+    "argv, words",
+    [(["-b", "0"], "batch size"), (["-r", "0"], "--repetitions"), (["-p", "0", "-n", "0"], "nothing to measure"),
+     (["-p", "x"], "comma-separated")],
+)  # fmt: skip
+def test_bad_values_fail_before_loading(argv, words, capsys):
+    try:
+        code = main(["--model", "/nonexistent", *argv])
+    except SystemExit as e:  # argparse's own refusals
+        code = e.code
+    assert code == 2 and words in capsys.readouterr().err
