@@ -8,6 +8,7 @@ import importlib
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from fs_weights import (
     Checkpoint,
@@ -53,6 +54,7 @@ def load_model(
     quantize: str | None = None,
     kv_dtype: str | None = None,
     progress: Callable[[int, int], None] | None = None,
+    tensor_group: Any = None,
 ) -> Model:
     """``path`` is a model directory, or a llama.cpp ``.gguf`` file (F32/F16/BF16/Q8_0/Q4_0 tensors; Q8_0 and Q4_0
     load as MLX affine 8/4-bit, group 32, without requantizing).
@@ -65,6 +67,7 @@ def load_model(
     included). ``kv_dtype`` ("float32" or "bfloat16") is what the KV cache holds; by default bfloat16 when the
     matrices are kept in bf16 or quantized (as mlx-lm's caches follow the model's dtype), else float32.
     MLX backend: ``dtype`` is the compute dtype ("float32", "bfloat16", "float16"; default: the checkpoint's).
+    ``tensor_group`` (MLX only, an ``mx.distributed`` group): tensor parallelism, each rank loading its slice.
     ``progress(done, total)`` is called as each weight is loaded, in bytes of the stored tensors (a quantized
     weight's scales and biases included), so a bar can show bytes and an ETA."""
     p = Path(path)
@@ -88,8 +91,11 @@ def load_model(
     except WeightsError as e:
         raise ModelError(str(e)) from None
     module = importlib.import_module(BUILDERS[backend])
+    extra = {} if tensor_group is None else {"tensor_group": tensor_group}
+    if tensor_group is not None and backend != "mlx":
+        raise ModelError("tensor_group= (tensor parallelism over mx.distributed) needs backend='mlx'")
     model: Model = module.from_checkpoint(
-        config, ckpt, str(p), dtype=dtype, quantize=quantize, kv_dtype=kv_dtype, progress=progress
+        config, ckpt, str(p), dtype=dtype, quantize=quantize, kv_dtype=kv_dtype, progress=progress, **extra
     )
     model.weights_digest = digest
     if generation is not None:  # read once, here: the EOS set generation stops on (Model.eos_token_ids)

@@ -14,6 +14,7 @@ from fs_weights import Checkpoint, Qwen3Config
 
 from ..errors import ModelError
 from ..model import Model
+from .shard import AllSum, check_divisible, rank_slice, split_of
 
 DTYPES = {"float32": mx.float32, "bfloat16": mx.bfloat16, "float16": mx.float16}
 
@@ -48,11 +49,11 @@ class Linear:
 
 
 class Block:
-    def __init__(self, w: dict[str, Any], c: Qwen3Config):
+    def __init__(self, w: dict[str, Any], c: Qwen3Config, shards: int = 1):
         self.w, self.nh, self.nkv, self.D, self.eps = (
             w,
-            c.num_attention_heads,
-            c.num_key_value_heads,
+            c.num_attention_heads // shards,  # this rank's heads under tensor parallelism
+            c.num_key_value_heads // shards,
             c.dim_head,
             c.rms_norm_eps,
         )
@@ -109,9 +110,13 @@ def nn_silu(z: mx.array) -> mx.array:
 class MlxModel(Model):
     backend = "mlx"
 
-    def __init__(self, config: Qwen3Config, weights: dict[str, Any], dtype: mx.Dtype, path: str = "<memory>"):
+    def __init__(
+        self, config: Qwen3Config, weights: dict[str, Any], dtype: mx.Dtype, path: str = "<memory>", shards: int = 1
+    ):
         super().__init__(config, path)
         self.dtype = dtype
+        self.kv_heads = config.num_key_value_heads // shards  # this rank's share (all of them on one machine)
+        self.tensor_group: Any = None
         self.embed = weights["model.embed_tokens"]
         self.lm_head = self.embed if config.tie_word_embeddings else weights["lm_head"]
         self.norm = weights["model.norm"]
@@ -119,7 +124,9 @@ class MlxModel(Model):
         for i in range(config.num_hidden_layers):
             p = f"model.layers.{i}."
             self.blocks.append(
-                Block({k.removeprefix(p).split(".")[-1]: v for k, v in weights.items() if k.startswith(p)}, config)
+                Block(
+                    {k.removeprefix(p).split(".")[-1]: v for k, v in weights.items() if k.startswith(p)}, config, shards
+                )
             )
 
     @classmethod
@@ -133,8 +140,11 @@ class MlxModel(Model):
         quantize: str | None = None,
         kv_dtype: str | None = None,
         progress: Any = None,
+        tensor_group: Any = None,
     ) -> "MlxModel":
-        """``dtype`` is the compute dtype (default: the checkpoint's); quantized checkpoints stay quantized."""
+        """``dtype`` is the compute dtype (default: the checkpoint's); quantized checkpoints stay quantized.
+        ``tensor_group`` (an ``mx.distributed`` group of N ranks): this rank loads and runs its 1/N of every
+        projection (``shard.py``)."""
         if quantize is not None:
             raise ModelError("quantize= applies to the numpy backend; for MLX use an MLX-quantized checkpoint")
         if kv_dtype is not None:
@@ -143,6 +153,13 @@ class MlxModel(Model):
         if name not in DTYPES:
             raise ModelError(f"dtype {name!r} is not available on the MLX backend (choose from {', '.join(DTYPES)})")
         dt = DTYPES[name]
+        rank, N = (tensor_group.rank(), tensor_group.size()) if tensor_group is not None else (0, 1)
+        if N > 1:
+            check_divisible(config, N, (ckpt.quantization or {}).get("group_size"))
+
+        def part(n: str) -> np.ndarray:
+            return rank_slice(ckpt, n, rank, N)
+
         weights: dict[str, Any] = {}
         names = [n for n in ckpt.names() if not n.endswith((".scales", ".biases"))]
         done, total = 0, sum(map(ckpt.weight_nbytes, names))
@@ -154,28 +171,34 @@ class MlxModel(Model):
             if ckpt.is_quantized(n):
                 bits, group = ckpt.quant_params(n)
                 weights[base] = Linear(
-                    mx.array(np.asarray(ckpt.raw(n))),
-                    _to_mx(ckpt, base + ".scales", dt),
-                    _to_mx(ckpt, base + ".biases", dt),
+                    mx.array(part(n)),
+                    _to_mx(ckpt, base + ".scales", dt, part(base + ".scales")),
+                    _to_mx(ckpt, base + ".biases", dt, part(base + ".biases")),
                     bits,
                     group,
                 )
             elif len(ckpt.info(n).shape) == 2:
-                weights[base] = Linear(_to_mx(ckpt, n, dt))
+                weights[base] = Linear(_to_mx(ckpt, n, dt, part(n)))
             else:
-                weights[base] = _to_mx(ckpt, n, dt)
+                weights[base] = _to_mx(ckpt, n, dt, part(n))
         mx.eval([v.w if isinstance(v, Linear) else v for v in weights.values()])
-        return cls(config, weights, dt, path)
+        if N > 1:  # the column-split projections end with the group's sum
+            for base in weights:
+                if split_of(base + ".weight") == 1:
+                    weights[base] = AllSum(weights[base], tensor_group)
+        model = cls(config, weights, dt, path, shards=N)
+        model.tensor_group = tensor_group
+        return model
 
     # --- the engine's step ---------------------------------------------------------------------------------
 
     def make_kv_store(self, pool: BlockPool) -> KVStore:
         c = self.config
-        return KVStore(pool, c.num_hidden_layers, c.num_key_value_heads, c.dim_head, self.dtype, like=mx.zeros(1))
+        return KVStore(pool, c.num_hidden_layers, self.kv_heads, c.dim_head, self.dtype, like=mx.zeros(1))
 
     def kv_block_bytes(self, block_size: int) -> int:
         c = self.config
-        return 2 * c.num_hidden_layers * c.num_key_value_heads * block_size * c.dim_head * self.dtype.size
+        return 2 * c.num_hidden_layers * self.kv_heads * block_size * c.dim_head * self.dtype.size
 
     def forward_paged(self, batch: PagedBatch, store: KVStore) -> np.ndarray:
         """Logits [n, V] (float32 numpy) at each sequence's last new token; as the numpy backend's."""
@@ -238,9 +261,10 @@ class MlxModel(Model):
 from_checkpoint = MlxModel.from_checkpoint  # the loader's entry point, as fs_model.numpy.from_checkpoint
 
 
-def _to_mx(ckpt: Checkpoint, name: str, dt: mx.Dtype) -> mx.array:
+def _to_mx(ckpt: Checkpoint, name: str, dt: mx.Dtype, raw: np.ndarray | None = None) -> mx.array:
+    """Tensor ``name`` (or ``raw``, a slice of its storage) as an MLX array of ``dt``."""
     info = ckpt.info(name)
-    raw = np.asarray(ckpt.raw(name))
+    raw = np.asarray(ckpt.raw(name)) if raw is None else raw
     if info.dtype == "BF16":
         return mx.array(raw).view(mx.bfloat16).astype(dt)
     return mx.array(raw).astype(dt)

@@ -1,0 +1,68 @@
+"""Tensor parallelism on ``mx.distributed``: each rank holds a slice of every projection, mlx-lm's Qwen3 scheme.
+
+q/k/v and gate/up are split by output rows (each rank computes its own heads and its own slice of the MLP's
+width); o_proj and down_proj by input columns, each followed by one ``all_sum`` so every rank ends the attention
+and the MLP with the whole hidden state. Embedding, norms and lm_head are whole on every rank, so every rank
+computes the same logits (the all-sum result is the same bits everywhere) and samples the same token.
+
+Each rank reads only its slice from the checkpoint (the safetensors mmap is sliced before anything is copied):
+rows ``r·out/N ..`` of a row-split weight, columns ``r·in/N ..`` of a column-split one - for a quantized weight
+in packed words (``in·bits/32/N``) and in groups for its scales and biases, so ``in/N`` must be a whole number of
+quantization groups. Heads and KV heads must divide by N.
+"""
+
+from typing import Any
+
+import mlx.core as mx
+import numpy as np
+
+from fs_weights import Checkpoint, Qwen3Config
+
+from ..errors import ModelError
+
+SPLIT = {"q_proj": 0, "k_proj": 0, "v_proj": 0, "gate_proj": 0, "up_proj": 0, "o_proj": 1, "down_proj": 1}
+
+
+def check_divisible(c: Qwen3Config, N: int, group_size: int | None) -> None:
+    for what, n in (("num_attention_heads", c.num_attention_heads), ("num_key_value_heads", c.num_key_value_heads),
+                    ("intermediate_size", c.intermediate_size)):  # fmt: skip
+        if n % N:
+            raise ModelError(f"tensor parallelism over {N} ranks: {what}={n} does not divide by {N}")
+    if group_size:
+        for what, n in (("num_attention_heads*head_dim", c.num_attention_heads * c.dim_head),
+                        ("intermediate_size", c.intermediate_size)):  # fmt: skip
+            if (n // N) % group_size:
+                raise ModelError(
+                    f"tensor parallelism over {N} ranks: {what}/{N} = {n // N} inputs per rank is not a whole number "
+                    f"of quantization groups of {group_size}"
+                )
+
+
+def split_of(name: str) -> int | None:
+    """0 (rows), 1 (columns) or None (whole) for a tensor name like ``model.layers.3.mlp.down_proj.scales``."""
+    parts = name.split(".")
+    return SPLIT.get(parts[-2]) if len(parts) >= 2 else None
+
+
+def rank_slice(ckpt: Checkpoint, name: str, rank: int, N: int) -> np.ndarray:
+    """This rank's part of a stored tensor (raw storage: BF16 as uint16, packed uint32 codes as they are)."""
+    raw = ckpt.raw(name)
+    axis = split_of(name)
+    if axis is None or N == 1:
+        return np.asarray(raw)
+    size = raw.shape[axis]
+    if size % N:
+        raise ModelError(f"{name}: dimension {axis} of {raw.shape} does not divide by {N} ranks")
+    step = size // N
+    part = raw[rank * step : (rank + 1) * step] if axis == 0 else raw[:, rank * step : (rank + 1) * step]
+    return np.ascontiguousarray(part)
+
+
+class AllSum:
+    """A column-split Linear: its partial product, summed over the group (every rank gets the sum)."""
+
+    def __init__(self, linear: Any, group: Any):
+        self.linear, self.group = linear, group
+
+    def __call__(self, x: mx.array) -> mx.array:
+        return mx.distributed.all_sum(self.linear(x), group=self.group)

@@ -1,0 +1,90 @@
+"""Tensor parallelism on mx.distributed (MLX backend): two ranks on 127.0.0.1 form a ring group, each loads its
+slice of the checkpoint, and their logits equal one process's within float32 rounding, greedy tokens equal."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fs_model import ModelError, load_model
+from fs_weights import write_random_checkpoint
+from model_helpers import config, rel_err
+
+IDS = [3, 141, 59, 265, 358, 97, 93, 238, 462, 64, 338, 327]
+WORKER = Path(__file__).parent / "tp_worker.py"
+
+
+def free_ports(n):
+    socks = [socket.socket() for _ in range(n)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+def run_ranks(path, out, dtype, n=2, timeout=120):
+    """Spawn n ranks (MLX_RANK / MLX_HOSTFILE, as mlx.launch sets them); return their results, rank order."""
+    hosts = out / "hosts.json"
+    hosts.write_text(json.dumps([[f"127.0.0.1:{p}"] for p in free_ports(n)]))
+    procs = []
+    for r in range(n):
+        env = dict(os.environ, MLX_RANK=str(r), MLX_HOSTFILE=str(hosts))
+        cmd = [sys.executable, str(WORKER), str(path), str(out), ",".join(map(str, IDS)), dtype]
+        procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
+    try:
+        logs = [p.communicate(timeout=timeout)[0].decode() for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    assert all(p.returncode == 0 for p in procs), "\n".join(logs)
+    return [np.load(out / f"rank{r}.npz") for r in range(n)]
+
+
+@pytest.mark.parametrize("name", ["untied-gqa2", "tied", "mha"])
+def test_two_ranks_give_one_process_logits(tmp_path, reference, name):
+    reference("mlx.core")
+    d = write_random_checkpoint(tmp_path / "m", config(name), dtype="float32")
+    one = load_model(d, backend="mlx", dtype="float32")
+    want = np.asarray(one.forward(IDS))
+    ranks = run_ranks(d, tmp_path, "float32")
+    assert all(int(r["size"]) == 2 for r in ranks)
+    assert np.array_equal(ranks[0]["logits"], ranks[1]["logits"])  # every rank: the same bits
+    assert rel_err(ranks[0]["logits"], want) <= 1e-5
+    cache, seq = one.make_cache(), list(IDS)
+    step = np.asarray(one.forward(IDS, cache))[-1]
+    for _ in range(12):
+        seq.append(int(step.argmax()))
+        step = np.asarray(one.forward([seq[-1]], cache))[-1]
+    assert ranks[0]["greedy"].tolist() == ranks[1]["greedy"].tolist() == seq[len(IDS) :]
+
+
+def test_a_quantized_checkpoint_shards_in_whole_groups(tmp_path, reference):
+    reference("mlx.core")
+    d = write_random_checkpoint(tmp_path / "q", config("untied-gqa2"), dtype="float32", quantize=4, group_size=32)
+    want = np.asarray(load_model(d, backend="mlx", dtype="float32").forward(IDS))
+    ranks = run_ranks(d, tmp_path, "float32")
+    assert rel_err(ranks[0]["logits"], want) <= 1e-5
+
+
+def test_heads_that_do_not_divide_are_refused(tmp_path, reference):
+    mx = reference("mlx.core")
+    d = write_random_checkpoint(tmp_path / "mqa", config("mqa"), dtype="float32")
+
+    class TwoRanks:  # the check runs before any collective: a stand-in group of size 2 is enough
+        def rank(self):
+            return 0
+
+        def size(self):
+            return 2
+
+    with pytest.raises(ModelError, match="num_key_value_heads=1 does not divide by 2"):
+        load_model(d, backend="mlx", tensor_group=TwoRanks())
+    with pytest.raises(ModelError, match="needs backend='mlx'"):
+        load_model(d, tensor_group=mx.distributed.init())
