@@ -355,3 +355,21 @@ def test_the_worked_example_of_docs_engine_md(fast):
     engine.run_until_idle()
     assert engine.stats()["kv_blocks_used"] == 0 and engine.stats()["kv_blocks_cached"] > 0
     assert b.result().cached_tokens == 8
+
+
+@pytest.mark.parity
+def test_the_mlx_engine_runs_in_its_background_thread(tmp_path, qwen3_tokenizer_dir, reference):
+    """MLX evaluates a lazy array only on the thread that made it: the K/V pool is made on the caller's thread and
+    the steps run on Engine.start's (fs-serve's case). This failed with "There is no Stream(cpu, 0)"."""
+    reference("mlx.core")
+    from fs_weights import preset, write_random_checkpoint
+
+    d = write_random_checkpoint(tmp_path / "m", preset("tiny"), dtype="float32", tokenizer=qwen3_tokenizer_dir)
+    model, tok = load(str(d), backend="mlx")
+    engine = Engine(model, tok, max_batch=2, kv_budget_bytes=8 * model.kv_block_bytes(16))
+    engine.start()
+    try:
+        got = engine.submit("Hello there", max_new_tokens=6, eos_token_ids=[]).result(timeout=60)
+    finally:
+        engine.stop()
+    assert got.token_ids == generate(model, tok, "Hello there", max_new_tokens=6, eos_token_ids=[]).token_ids

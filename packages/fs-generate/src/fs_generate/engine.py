@@ -137,37 +137,40 @@ class Engine:
     ) -> RequestHandle:
         """Queue a request (checked here: a bad argument raises ``GenerateError`` in the caller's thread).
         ``logprobs``: accepted for the server's sake; every ``Generation`` carries its tokens' log-probabilities."""
-        gen = Generator(
-            self.model,
-            self.tokenizer,
-            prompt,
+        spec = dict(
             max_new_tokens=max_new_tokens,
             temperature=temperature,
             top_k=top_k,
             top_p=top_p,
             min_p=min_p,
             seed=seed,
-            stop=stop,
-            eos_token_ids=eos_token_ids,
+            stop=list(stop),
+            eos_token_ids=None if eos_token_ids is None else list(eos_token_ids),
             repetition_penalty=repetition_penalty,
             json_schema=json_schema,
             regex=regex,
             grammar=grammar,
             top_logprobs=top_logprobs,
         )
+        gen = Generator(self.model, self.tokenizer, prompt, **spec)
         with self._lock:
             self._ids += 1
             rid = self._ids
-        handle = RequestHandle(self.step, self.running_in_background, lambda: self._cancel(req))
-        req = Request(rid, gen, handle)
+        req = self._request(rid, gen)
+        req.spec = spec
         if not gen.start():  # zero budget, or a prompt already at the context limit: done without a pass
             req.state = FINISHED
-            handle._finish(gen.result)
-            return handle
+            req.handle._finish(gen.result)
+            return req.handle
         with self._lock:
             self._incoming.append(req)
         self._wake.set()
-        return handle
+        return req.handle
+
+    def _request(self, rid: int, gen: Generator) -> Request:
+        handle = RequestHandle(self.step, self.running_in_background, lambda: self._cancel(req))
+        req = Request(rid, gen, handle)
+        return req
 
     def _cancel(self, req: Request) -> None:
         with self._lock:
@@ -181,19 +184,23 @@ class Engine:
         Returns False when nothing is waiting or running."""
         with self._step_lock:
             with self._lock:
-                self.scheduler.waiting.extend(self._incoming)
-                cancels, self._incoming, self._cancels = self._cancels, [], []
-            for r in cancels:
-                if r.state != FINISHED:
-                    r.gen.result.finish_reason = "cancelled"
-                    self._finish(r, cancelled=True)
-            plan, refused = self.scheduler.schedule()
-            for r, why in refused:
-                self._finish(r, error=why)
-            if not plan:
-                return bool(self.scheduler.waiting or self.scheduler.running)
-            self._run(plan)
-            return True
+                incoming, cancels, self._incoming, self._cancels = self._incoming, self._cancels, [], []
+            return self._advance(incoming, cancels)
+
+    def _advance(self, incoming: list[Request], cancels: list[Request]) -> bool:
+        """``step`` after taking what arrived: admit ``incoming``, apply ``cancels``, schedule, run one pass."""
+        self.scheduler.waiting.extend(incoming)
+        for r in cancels:
+            if r.state != FINISHED:
+                r.gen.result.finish_reason = "cancelled"
+                self._finish(r, cancelled=True)
+        plan, refused = self.scheduler.schedule()
+        for r, why in refused:
+            self._finish(r, error=why)
+        if not plan:
+            return bool(self.scheduler.waiting or self.scheduler.running)
+        self._run(plan)
+        return True
 
     def _run(self, plan: list[tuple[Request, int]]) -> None:
         runs = [(r.table, r.gen.seq[r.table.length : r.table.length + n]) for r, n in plan]

@@ -24,12 +24,19 @@ def load(
     dtype: str | None = None,
     quantize: str | None = None,
     progress: Any = None,
+    tensor_group: Any = None,
 ) -> tuple[Any, Tokenizer]:
-    """``model=None`` loads the demo model shipped with fs-generate."""
+    """``model=None`` loads the demo model shipped with fs-generate; ``tensor_group``: an ``mx.distributed`` group
+    this process is one rank of (MLX backend: it loads and runs its slice, ``fs_model.mlx.shard``)."""
     path = demo_model_path() if model is None else resolve_model_path(model)
     try:
         tok = _gguf_tokenizer(path) if path.suffix == ".gguf" else Tokenizer.from_pretrained(path)
-        return load_model(path, backend=backend, dtype=dtype, quantize=quantize, progress=progress), tok
+        return (
+            load_model(
+                path, backend=backend, dtype=dtype, quantize=quantize, progress=progress, tensor_group=tensor_group
+            ),
+            tok,
+        )
     except (ModelError, TokenizerError) as e:
         raise GenerateError(str(e)) from None
 

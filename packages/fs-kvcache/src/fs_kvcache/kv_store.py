@@ -48,6 +48,9 @@ class KVStore:
                 [mx.zeros(shape, dtype) for _ in range(layers)],
             )
             self._nbytes = 2 * layers * int(np.prod(shape)) * dtype.size
+            # made now, not lazily: MLX evaluates a lazy array only on the thread that made it, and the engine
+            # may run its steps on another (Engine.start's thread) - "There is no Stream(cpu, 0) in current thread"
+            mx.eval(*self.k, *self.v)
         else:  # np.zeros maps pages lazily: a generous budget costs memory only as blocks are first written
             self.k, self.v = (
                 [np.zeros(shape, dtype) for _ in range(layers)],
