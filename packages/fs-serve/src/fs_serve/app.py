@@ -50,6 +50,8 @@ class ServeConfig:
     api_key: str | None = None
     max_body_bytes: int = 4 << 20
     defaults: dict[str, Any] = field(default_factory=dict)  # sampling defaults (generation_config.json)
+    group: Any = None  # an mx.distributed group: this server is rank 0 of a tensor-parallel LockstepEngine
+    watchdog_s: float = 30.0  # distributed: exit when no step completes this long (a peer died)
 
 
 class State:
@@ -67,13 +69,7 @@ class State:
         try:
             self.model, self.tokenizer = loader()
             c = self.config
-            engine = Engine(
-                self.model,
-                self.tokenizer,
-                max_batch=c.max_batch,
-                max_step_tokens=c.max_step_tokens,
-                kv_budget_bytes=c.kv_budget_bytes,
-            )
+            engine = make_engine(self.model, self.tokenizer, c)
             engine.start()
             self.engine, self.runner = engine, Runner(engine, c.max_queue, self.metrics)
             self.status = "ok"
@@ -89,6 +85,18 @@ class State:
                 msg = f"the model failed to load: {self.error}"
             raise APIError(503, msg, code="model_" + self.status, headers={"Retry-After": "1"})
         return self.runner
+
+
+def make_engine(model: Any, tokenizer: Any, c: ServeConfig) -> Engine:
+    """The engine the config asks for; under a group, every rank must make it with the same arguments."""
+    kw: dict[str, Any] = dict(
+        max_batch=c.max_batch, max_step_tokens=c.max_step_tokens, kv_budget_bytes=c.kv_budget_bytes
+    )
+    if c.group is None:
+        return Engine(model, tokenizer, **kw)
+    from fs_generate.lockstep import LockstepEngine
+
+    return LockstepEngine(model, tokenizer, group=c.group, watchdog_s=c.watchdog_s, **kw)
 
 
 def create_app(loader: Callable[[], tuple[Any, Any]], config: ServeConfig | None = None) -> Starlette:

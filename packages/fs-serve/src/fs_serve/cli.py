@@ -21,7 +21,7 @@ from fs_generate import GenerateError, load, resolve_model_path
 from fs_generate.demo import demo_model_path
 
 from . import __version__
-from .app import ServeConfig, create_app
+from .app import ServeConfig, create_app, make_engine
 
 log = logging.getLogger("fs_serve")
 SAMPLING_DEFAULTS = ("temperature", "top_p", "top_k", "min_p")
@@ -53,6 +53,12 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--dtype", choices=["float32", "bfloat16", "float16", "native"])
     ap.add_argument("--quantize", choices=["int8", "int4"], help="numpy: quantize weights at load")
     ap.add_argument("--threads", type=positive_int, help="cap the CPU kernels' threads (default: every core)")
+    ap.add_argument(
+        "--distributed",
+        action="store_true",
+        help="tensor-parallel over the mx.distributed group mlx.launch started (MLX backend): rank 0 serves HTTP",
+    )
+    ap.add_argument("--watchdog", type=float, default=30.0, help="distributed: seconds without a step before exit")
     ap.add_argument("--shutdown-timeout", type=float, default=30.0, help="seconds in-flight requests get on SIGTERM")
     ap.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     ap.add_argument("--version", action="version", version=f"fs-serve {__version__}")
@@ -70,6 +76,42 @@ def generation_defaults(path: Path) -> dict[str, Any]:
     return {k: cfg[k] for k in SAMPLING_DEFAULTS if isinstance(cfg.get(k), int | float)}
 
 
+def load_for(args: argparse.Namespace, path: Path, group: Any = None) -> tuple[Any, Any]:
+    model_arg = None if args.model is None else str(path)
+    return load(model_arg, backend=args.backend, dtype=args.dtype, quantize=args.quantize, tensor_group=group)
+
+
+def join_group(args: argparse.Namespace) -> Any:
+    """The mx.distributed group mlx.launch (or MLX_RANK + MLX_HOSTFILE) set up; a K/V budget every rank shares."""
+    if args.backend != "mlx":
+        raise GenerateError("--distributed needs --backend mlx (tensor parallelism runs on mx.distributed)")
+    import mlx.core as mx
+
+    try:
+        group = mx.distributed.init(strict=True)
+    except RuntimeError as e:
+        raise GenerateError(f"--distributed: no mx.distributed group ({e}); start the ranks with mlx.launch") from None
+    if group.size() < 2:
+        raise GenerateError("--distributed: the group has one rank; start two or more with mlx.launch")
+    if args.kv_budget_mb is None:  # every rank's pool must be the same size (same blocks, same preemptions)
+        raise GenerateError("--distributed needs --kv-budget-mb (every rank allocates the same K/V pool)")
+    return group
+
+
+def follow(args: argparse.Namespace, path: Path, config: ServeConfig) -> int:
+    """A rank other than 0: load its slice, then take the steps rank 0 broadcasts until it stops (no HTTP here).
+    SIGINT / SIGTERM are rank 0's to act on: this rank ends when rank 0 says so, or by its watchdog."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    model, tok = load_for(args, path, config.group)
+    engine = make_engine(model, tok, config)  # the same arguments as rank 0's: the same pool, the same schedule
+    log.info("rank %d of %d: following rank 0", config.group.rank(), config.group.size())
+    engine.follow()  # type: ignore[attr-defined]
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
@@ -81,10 +123,18 @@ def main(argv: list[str] | None = None) -> int:
     except GenerateError as e:
         print(f"fs-serve: error: {e}", file=sys.stderr)
         return 1
-    try:  # a port in use is the user's error, said before any loading
-        with socket.socket(socket.AF_INET6 if ":" in args.host else socket.AF_INET) as s:
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            s.bind((args.host, args.port))
+    group = None
+    if args.distributed:
+        try:
+            group = join_group(args)
+        except GenerateError as e:
+            print(f"fs-serve: error: {e}", file=sys.stderr)
+            return 1
+    try:  # a port in use is the user's error, said before any loading (rank 0's: only it listens)
+        if group is None or group.rank() == 0:
+            with socket.socket(socket.AF_INET6 if ":" in args.host else socket.AF_INET) as s:
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                s.bind((args.host, args.port))
     except OSError as e:
         print(f"fs-serve: error: cannot listen on {args.host}:{args.port}: {e.strerror}", file=sys.stderr)
         return 1
@@ -101,9 +151,12 @@ def main(argv: list[str] | None = None) -> int:
         api_key=args.api_key,
         max_body_bytes=args.max_body_mb << 20,
         defaults=generation_defaults(path),
+        group=group,
+        watchdog_s=args.watchdog,
     )
-    model_arg = None if args.model is None else str(path)
-    app = create_app(lambda: load(model_arg, backend=args.backend, dtype=args.dtype, quantize=args.quantize), config)
+    if group is not None and group.rank() != 0:
+        return follow(args, path, config)
+    app = create_app(lambda: load_for(args, path, group), config)
     import uvicorn
 
     def cancel_in_flight() -> None:

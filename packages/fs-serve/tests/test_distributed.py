@@ -1,0 +1,72 @@
+"""fs-serve --distributed: two ranks on 127.0.0.1 (an mx.distributed ring, as mlx.launch sets up), rank 0
+serving the OpenAI API over a tensor-parallel engine; SIGTERM on rank 0 ends both."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from fs_generate import generate, load
+from serving import wait_healthy
+
+pytestmark = pytest.mark.parity
+
+
+def free_ports(n):
+    socks = [socket.socket() for _ in range(n)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+def test_two_ranks_answer_the_openai_client(tiny, tmp_path, reference):
+    reference("mlx.core")
+    import openai
+
+    path = tiny[0].path
+    http, *ring = free_ports(3)
+    (tmp_path / "hosts.json").write_text(json.dumps([[f"127.0.0.1:{p}"] for p in ring]))
+    argv = [sys.executable, "-m", "fs_serve.cli", "--model", path, "--backend", "mlx", "--dtype", "float32",
+            "--distributed", "--kv-budget-mb", "16", "--port", str(http), "--log-level", "warning"]  # fmt: skip
+    procs = [
+        subprocess.Popen(
+            argv,
+            env=dict(os.environ, MLX_RANK=str(r), MLX_HOSTFILE=str(tmp_path / "hosts.json")),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
+        for r in range(2)
+    ]
+    try:
+        wait_healthy(f"http://127.0.0.1:{http}", 120)
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{http}/v1", api_key="x", max_retries=0)
+        msgs = [{"role": "user", "content": "Hello"}]
+        r = client.chat.completions.create(model=path, messages=msgs, max_tokens=8, temperature=0)
+        chunks = client.chat.completions.create(model=path, messages=msgs, max_tokens=8, temperature=0,
+                                                stream=True)  # fmt: skip
+        streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        model, tok = load(path, backend="mlx", dtype="float32")
+        ids = tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True)  # the server: thinking on
+        want = generate(model, tok, ids, max_new_tokens=8)
+        assert r.choices[0].message.content == streamed == want.text
+        procs[0].send_signal(signal.SIGTERM)
+        codes = [p.wait(timeout=60) for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    logs = [p.stdout.read().decode() for p in procs]
+    assert codes == [0, 0], logs
+
+
+def test_distributed_needs_the_mlx_backend_and_a_shared_pool(tiny, capsys):
+    from fs_serve.cli import main
+
+    assert main(["--model", tiny[0].path, "--distributed"]) == 1
+    assert "--distributed needs --backend mlx" in capsys.readouterr().err
