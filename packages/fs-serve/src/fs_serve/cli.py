@@ -85,8 +85,10 @@ def join_group(args: argparse.Namespace) -> Any:
     """The mx.distributed group mlx.launch (or MLX_RANK + MLX_HOSTFILE) set up; a K/V budget every rank shares."""
     if args.backend != "mlx":
         raise GenerateError("--distributed needs --backend mlx (tensor parallelism runs on mx.distributed)")
-    import mlx.core as mx
-
+    try:
+        import mlx.core as mx
+    except ImportError:
+        raise GenerateError("--distributed needs MLX: pip install 'fs-serve[mlx]'") from None
     try:
         group = mx.distributed.init(strict=True)
     except RuntimeError as e:
