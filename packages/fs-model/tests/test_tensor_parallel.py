@@ -29,14 +29,14 @@ def free_ports(n):
     return ports
 
 
-def run_ranks(path, out, dtype, n=2, timeout=120):
+def run_ranks(path, out, dtype, n=2, timeout=120, *extra):
     """Spawn n ranks (MLX_RANK / MLX_HOSTFILE, as mlx.launch sets them); return their results, rank order."""
     hosts = out / "hosts.json"
     hosts.write_text(json.dumps([[f"127.0.0.1:{p}"] for p in free_ports(n)]))
     procs = []
     for r in range(n):
         env = dict(os.environ, MLX_RANK=str(r), MLX_HOSTFILE=str(hosts))
-        cmd = [sys.executable, str(WORKER), str(path), str(out), ",".join(map(str, IDS)), dtype]
+        cmd = [sys.executable, str(WORKER), str(path), str(out), ",".join(map(str, IDS)), dtype, *extra]
         procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
     try:
         logs = [p.communicate(timeout=timeout)[0].decode() for p in procs]
@@ -63,6 +63,15 @@ def test_two_ranks_give_one_process_logits(tmp_path, reference, name):
         seq.append(int(step.argmax()))
         step = np.asarray(one.forward([seq[-1]], cache))[-1]
     assert ranks[0]["greedy"].tolist() == ranks[1]["greedy"].tolist() == seq[len(IDS) :]
+
+
+def test_two_ranks_equal_mlx_lms_sharded_load(tmp_path, reference):
+    reference("mlx_lm")
+    d = write_random_checkpoint(tmp_path / "m", config("untied-gqa2"), dtype="float32")
+    ours = run_ranks(d, tmp_path, "float32")
+    (tmp_path / "ref").mkdir()
+    theirs = run_ranks(d, tmp_path / "ref", "float32", 2, 120, "mlx_lm")
+    assert rel_err(ours[0]["logits"], theirs[0]["logits"]) <= 1e-5
 
 
 def test_a_quantized_checkpoint_shards_in_whole_groups(tmp_path, reference):

@@ -10,6 +10,13 @@ from fs_model import load_model
 
 path, out, ids = sys.argv[1], sys.argv[2], [int(t) for t in sys.argv[3].split(",")]
 group = mx.distributed.init(backend="ring", strict=True)
+if sys.argv[5:] == ["mlx_lm"]:  # the reference: mlx-lm's own sharded load of the same directory
+    from mlx_lm.utils import sharded_load
+
+    theirs, _ = sharded_load(path, tensor_group=group)
+    logits = np.array(theirs(mx.array([ids]))[0].astype(mx.float32))
+    np.savez(f"{out}/rank{group.rank()}.npz", logits=logits, size=group.size())
+    sys.exit(0)
 model = load_model(path, backend="mlx", dtype=sys.argv[4], tensor_group=group)
 logits = np.asarray(model.forward(ids), dtype=np.float32)
 cache, seq = model.make_cache(), list(ids)
