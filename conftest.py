@@ -55,3 +55,25 @@ def readme_examples(tmp_path, monkeypatch) -> Callable[..., int]:
         return len(blocks)
 
     return run
+
+
+@pytest.fixture
+def ring_hostfile(tmp_path) -> Callable[..., tuple[Path, list[int]]]:
+    """An mx.distributed ring hostfile for ``n`` local ranks on free 127.0.0.1 ports (what mlx.launch writes), plus
+    ``extra`` more free ports (a server's); -> (hostfile, extra ports). Spawn each rank with MLX_RANK=r and
+    MLX_HOSTFILE=hostfile."""
+    import json
+    import socket
+
+    def make(n: int = 2, extra: int = 0, directory: Path | None = None) -> tuple[Path, list[int]]:
+        socks = [socket.socket() for _ in range(n + extra)]
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        ports = [s.getsockname()[1] for s in socks]
+        for s in socks:
+            s.close()
+        hosts = (directory or tmp_path) / "hosts.json"
+        hosts.write_text(json.dumps([[f"127.0.0.1:{p}"] for p in ports[:n]]))
+        return hosts, ports[n:]
+
+    return make

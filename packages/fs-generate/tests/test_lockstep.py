@@ -3,7 +3,6 @@ rank runs the same steps; the outputs equal one process's engine. A rank that di
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -17,19 +16,8 @@ WORKER = Path(__file__).parent / "lockstep_worker.py"
 sys.path.insert(0, str(Path(__file__).parent))
 
 
-def free_ports(n):
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
-
-
-def spawn(path, out, **env):
-    hosts = out / "hosts.json"
-    hosts.write_text(json.dumps([[f"127.0.0.1:{p}"] for p in free_ports(2)]))
+def spawn(hostfile, path, out, **env):
+    hosts, _ = hostfile(2)
     return [
         subprocess.Popen(
             [sys.executable, str(WORKER), str(path), str(out)],
@@ -49,11 +37,11 @@ def tiny(tmp_path_factory, qwen3_tokenizer_dir):
                                    dtype="float32", tokenizer=qwen3_tokenizer_dir)  # fmt: skip
 
 
-def test_two_ranks_serve_the_same_outputs_as_one_engine(tiny, tmp_path, reference):
+def test_two_ranks_serve_the_same_outputs_as_one_engine(tiny, tmp_path, reference, ring_hostfile):
     reference("mlx.core")
     from lockstep_worker import REQUESTS
 
-    procs = spawn(tiny, tmp_path)
+    procs = spawn(ring_hostfile, tiny, tmp_path)
     try:
         logs = [p.communicate(timeout=300)[0].decode() for p in procs]
     finally:
@@ -69,10 +57,10 @@ def test_two_ranks_serve_the_same_outputs_as_one_engine(tiny, tmp_path, referenc
         assert lp == pytest.approx(w.logprobs, rel=1e-4, abs=1e-4)
 
 
-def test_a_dead_rank_makes_the_other_exit_within_the_watchdog(tiny, tmp_path, reference):
+def test_a_dead_rank_makes_the_other_exit_within_the_watchdog(tiny, tmp_path, reference, ring_hostfile):
     reference("mlx.core")
     t0 = time.monotonic()
-    procs = spawn(tiny, tmp_path, KILL_AFTER="5", WATCHDOG_S="5")
+    procs = spawn(ring_hostfile, tiny, tmp_path, KILL_AFTER="5", WATCHDOG_S="5")
     try:
         logs = [p.communicate(timeout=120)[0].decode() for p in procs]
     finally:

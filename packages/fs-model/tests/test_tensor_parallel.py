@@ -1,9 +1,7 @@
 """Tensor parallelism on mx.distributed (MLX backend): two ranks on 127.0.0.1 form a ring group, each loads its
 slice of the checkpoint, and their logits equal one process's within float32 rounding, greedy tokens equal."""
 
-import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -19,20 +17,9 @@ IDS = [3, 141, 59, 265, 358, 97, 93, 238, 462, 64, 338, 327]
 WORKER = Path(__file__).parent / "tp_worker.py"
 
 
-def free_ports(n):
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
-
-
-def run_ranks(path, out, dtype, n=2, timeout=120, *extra):
+def run_ranks(hostfile, path, out, dtype, *extra, n=2, timeout=120):
     """Spawn n ranks (MLX_RANK / MLX_HOSTFILE, as mlx.launch sets them); return their results, rank order."""
-    hosts = out / "hosts.json"
-    hosts.write_text(json.dumps([[f"127.0.0.1:{p}"] for p in free_ports(n)]))
+    hosts, _ = hostfile(n, directory=out)
     procs = []
     for r in range(n):
         env = dict(os.environ, MLX_RANK=str(r), MLX_HOSTFILE=str(hosts))
@@ -48,12 +35,12 @@ def run_ranks(path, out, dtype, n=2, timeout=120, *extra):
 
 
 @pytest.mark.parametrize("name", ["untied-gqa2", "tied", "mha"])
-def test_two_ranks_give_one_process_logits(tmp_path, reference, name):
+def test_two_ranks_give_one_process_logits(tmp_path, reference, ring_hostfile, name):
     reference("mlx.core")
     d = write_random_checkpoint(tmp_path / "m", config(name), dtype="float32")
     one = load_model(d, backend="mlx", dtype="float32")
     want = np.asarray(one.forward(IDS))
-    ranks = run_ranks(d, tmp_path, "float32")
+    ranks = run_ranks(ring_hostfile, d, tmp_path, "float32")
     assert all(int(r["size"]) == 2 for r in ranks)
     assert np.array_equal(ranks[0]["logits"], ranks[1]["logits"])  # every rank: the same bits
     assert rel_err(ranks[0]["logits"], want) <= 1e-5
@@ -65,20 +52,20 @@ def test_two_ranks_give_one_process_logits(tmp_path, reference, name):
     assert ranks[0]["greedy"].tolist() == ranks[1]["greedy"].tolist() == seq[len(IDS) :]
 
 
-def test_two_ranks_equal_mlx_lms_sharded_load(tmp_path, reference):
+def test_two_ranks_equal_mlx_lms_sharded_load(tmp_path, reference, ring_hostfile):
     reference("mlx_lm")
     d = write_random_checkpoint(tmp_path / "m", config("untied-gqa2"), dtype="float32")
-    ours = run_ranks(d, tmp_path, "float32")
+    ours = run_ranks(ring_hostfile, d, tmp_path, "float32")
     (tmp_path / "ref").mkdir()
-    theirs = run_ranks(d, tmp_path / "ref", "float32", 2, 120, "mlx_lm")
+    theirs = run_ranks(ring_hostfile, d, tmp_path / "ref", "float32", "mlx_lm")
     assert rel_err(ours[0]["logits"], theirs[0]["logits"]) <= 1e-5
 
 
-def test_a_quantized_checkpoint_shards_in_whole_groups(tmp_path, reference):
+def test_a_quantized_checkpoint_shards_in_whole_groups(tmp_path, reference, ring_hostfile):
     reference("mlx.core")
     d = write_random_checkpoint(tmp_path / "q", config("untied-gqa2"), dtype="float32", quantize=4, group_size=32)
     want = np.asarray(load_model(d, backend="mlx", dtype="float32").forward(IDS))
-    ranks = run_ranks(d, tmp_path, "float32")
+    ranks = run_ranks(ring_hostfile, d, tmp_path, "float32")
     assert rel_err(ranks[0]["logits"], want) <= 1e-5
 
 

@@ -1,10 +1,8 @@
 """fs-serve --distributed: two ranks on 127.0.0.1 (an mx.distributed ring, as mlx.launch sets up), rank 0
 serving the OpenAI API over a tensor-parallel engine; SIGTERM on rank 0 ends both."""
 
-import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 
@@ -16,29 +14,18 @@ from serving import wait_healthy
 pytestmark = pytest.mark.parity
 
 
-def free_ports(n):
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
-
-
-def test_two_ranks_answer_the_openai_client(tiny, tmp_path, reference):
+def test_two_ranks_answer_the_openai_client(tiny, tmp_path, reference, ring_hostfile):
     reference("mlx.core")
     import openai
 
     path = tiny[0].path
-    http, *ring = free_ports(3)
-    (tmp_path / "hosts.json").write_text(json.dumps([[f"127.0.0.1:{p}"] for p in ring]))
+    hosts, (http,) = ring_hostfile(2, extra=1)
     argv = [sys.executable, "-m", "fs_serve.cli", "--model", path, "--backend", "mlx", "--dtype", "float32",
             "--distributed", "--kv-budget-mb", "16", "--port", str(http), "--log-level", "warning"]  # fmt: skip
     procs = [
         subprocess.Popen(
             argv,
-            env=dict(os.environ, MLX_RANK=str(r), MLX_HOSTFILE=str(tmp_path / "hosts.json")),
+            env=dict(os.environ, MLX_RANK=str(r), MLX_HOSTFILE=str(hosts)),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
         )

@@ -100,6 +100,10 @@ def gguf_fields(tok: Any, vocab_size: int) -> dict[str, Any]:
     eos = tok.eos_token_id
     if eos is not None:
         fields["tokenizer.ggml.eos_token_id"] = eos
+    document_end = tok.token_to_id("<|endoftext|>")  # Qwen's: llama.cpp's converter makes it BOS and padding
+    if document_end is not None:
+        fields["tokenizer.ggml.bos_token_id"] = fields["tokenizer.ggml.padding_token_id"] = document_end
+    fields["tokenizer.ggml.add_bos_token"] = False  # Qwen prompts start with no BOS
     if tok.chat_template is not None:
         fields["tokenizer.chat_template"] = tok.config["chat_template"]
     return fields
