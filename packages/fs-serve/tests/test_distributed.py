@@ -21,7 +21,7 @@ def test_two_ranks_answer_the_openai_client(tiny, tmp_path, reference, ring_host
     path = tiny[0].path
     hosts, (http,) = ring_hostfile(2, extra=1)
     argv = [sys.executable, "-m", "fs_serve.cli", "--model", path, "--backend", "mlx", "--dtype", "float32",
-            "--distributed", "--kv-budget-mb", "16", "--port", str(http), "--log-level", "warning"]  # fmt: skip
+            "--port", str(http), "--log-level", "warning"]  # fmt: skip  # --distributed: implied by MLX_RANK
     procs = [
         subprocess.Popen(
             argv,

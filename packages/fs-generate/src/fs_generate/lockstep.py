@@ -7,7 +7,8 @@ so the ranks stay in step if they see the same submissions and cancellations at 
 leader) owns the requests: at every step it broadcasts what arrived since the last one (each new request's
 prompt ids and sampling arguments, each cancelled request's id) as JSON, and then all ranks take that step. The
 others (followers) have no callers; ``follow()`` rebuilds each request from the broadcast and steps until the
-leader says stop. The leader steps while idle too (``Engine``'s loop polls every 50 ms), which is the heartbeat.
+leader says stop. Their K/V pools are the same size (the smallest default over the group, unless given). The
+leader steps while idle too (``Engine``'s loop polls every 50 ms), which is the heartbeat.
 
 A rank that dies leaves the others blocked in a collective. ``Watchdog`` bounds that: when no step completes
 within ``timeout`` seconds, it prints which rank is stuck and exits the process (status 3), so a launcher sees the
@@ -24,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from .engine import Engine
+from .engine import Engine, default_kv_budget
 from .errors import GenerateError
 from .generate import Generator
 from .request import FINISHED, Request
@@ -71,8 +72,21 @@ class Watchdog:
                 os._exit(WATCHDOG_EXIT)
 
 
+def agreed_kv_budget(model: Any, group: Any, max_batch: int, block_size: int) -> int:
+    """The default K/V pool every rank can hold: each rank's own default (``default_kv_budget``), the smallest
+    over the group - the ranks must allocate the same pool, or memory pressure would preempt differently."""
+    import mlx.core as mx
+
+    token_bytes = model.kv_block_bytes(block_size) // block_size
+    mine, _ = default_kv_budget(token_bytes, model.config.max_position_embeddings, max_batch)
+    every = mx.distributed.all_gather(mx.array([mine >> 20], dtype=mx.int32), group=group)
+    return int(np.array(every).min()) << 20
+
+
 class LockstepEngine(Engine):
     def __init__(self, model: Any, tokenizer: Any, *, group: Any, watchdog_s: float = 30.0, **kw: Any):
+        if kw.get("kv_budget_bytes") is None:
+            kw["kv_budget_bytes"] = agreed_kv_budget(model, group, kw.get("max_batch", 16), kw.get("block_size", 16))
         super().__init__(model, tokenizer, **kw)
         self.group, self.rank = group, group.rank()
         self.watchdog = Watchdog(watchdog_s, self.rank)

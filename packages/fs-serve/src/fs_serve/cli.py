@@ -11,6 +11,7 @@ Options are checked, and the model's directory found, before the server starts; 
 import argparse
 import json
 import logging
+import os
 import socket
 import sys
 import threading
@@ -56,7 +57,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--distributed",
         action="store_true",
-        help="tensor-parallel over the mx.distributed group mlx.launch started (MLX backend): rank 0 serves HTTP",
+        help="tensor-parallel over the mx.distributed group mlx.launch started (MLX backend; implied when mlx.launch "
+        "set MLX_RANK): rank 0 serves HTTP, the other ranks follow",
     )
     ap.add_argument("--watchdog", type=float, default=30.0, help="distributed: seconds without a step before exit")
     ap.add_argument("--shutdown-timeout", type=float, default=30.0, help="seconds in-flight requests get on SIGTERM")
@@ -82,7 +84,7 @@ def load_for(args: argparse.Namespace, path: Path, group: Any = None) -> tuple[A
 
 
 def join_group(args: argparse.Namespace) -> Any:
-    """The mx.distributed group mlx.launch (or MLX_RANK + MLX_HOSTFILE) set up; a K/V budget every rank shares."""
+    """The mx.distributed group mlx.launch (or MLX_RANK + MLX_HOSTFILE) set up."""
     if args.backend != "mlx":
         raise GenerateError("--distributed needs --backend mlx (tensor parallelism runs on mx.distributed)")
     try:
@@ -95,8 +97,6 @@ def join_group(args: argparse.Namespace) -> Any:
         raise GenerateError(f"--distributed: no mx.distributed group ({e}); start the ranks with mlx.launch") from None
     if group.size() < 2:
         raise GenerateError("--distributed: the group has one rank; start two or more with mlx.launch")
-    if args.kv_budget_mb is None:  # every rank's pool must be the same size (same blocks, same preemptions)
-        raise GenerateError("--distributed needs --kv-budget-mb (every rank allocates the same K/V pool)")
     return group
 
 
@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"fs-serve: error: {e}", file=sys.stderr)
         return 1
     group = None
-    if args.distributed:
+    if args.distributed or (args.backend == "mlx" and "MLX_RANK" in os.environ):  # started by mlx.launch
         try:
             group = join_group(args)
         except GenerateError as e:
