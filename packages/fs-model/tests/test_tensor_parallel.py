@@ -61,6 +61,17 @@ def test_two_ranks_equal_mlx_lms_sharded_load(tmp_path, reference, ring_hostfile
     assert rel_err(ours[0]["logits"], theirs[0]["logits"]) <= 1e-5
 
 
+def test_shard_after_loading_equals_sharded_loading(tmp_path, reference, ring_hostfile):
+    """``model.shard(group)`` (mlx-lm's call, on a model loaded whole) keeps the same slices as loading them."""
+    reference("mlx.core")
+    d = write_random_checkpoint(tmp_path / "q", config("untied-gqa2"), dtype="float32", quantize=8, group_size=32)
+    loaded = run_ranks(ring_hostfile, d, tmp_path, "float32")
+    (tmp_path / "cut").mkdir()
+    cut = run_ranks(ring_hostfile, d, tmp_path / "cut", "float32", "shard")
+    assert np.array_equal(loaded[0]["logits"], cut[0]["logits"])
+    assert loaded[0]["greedy"].tolist() == cut[0]["greedy"].tolist()
+
+
 def test_a_quantized_checkpoint_shards_in_whole_groups(tmp_path, reference, ring_hostfile):
     reference("mlx.core")
     d = write_random_checkpoint(tmp_path / "q", config("untied-gqa2"), dtype="float32", quantize=4, group_size=32)

@@ -17,7 +17,11 @@ if sys.argv[5:] == ["mlx_lm"]:  # the reference: mlx-lm's own sharded load of th
     logits = np.array(theirs(mx.array([ids]))[0].astype(mx.float32))
     np.savez(f"{out}/rank{group.rank()}.npz", logits=logits, size=group.size())
     sys.exit(0)
-model = load_model(path, backend="mlx", dtype=sys.argv[4], tensor_group=group)
+if sys.argv[5:] == ["shard"]:  # loaded whole, then cut in memory
+    model = load_model(path, backend="mlx", dtype=sys.argv[4])
+    model.shard(group)
+else:
+    model = load_model(path, backend="mlx", dtype=sys.argv[4], tensor_group=group)
 logits = np.asarray(model.forward(ids), dtype=np.float32)
 cache, seq = model.make_cache(), list(ids)
 step = np.asarray(model.forward(ids, cache), dtype=np.float32)[-1]

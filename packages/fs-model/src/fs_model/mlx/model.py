@@ -14,7 +14,7 @@ from fs_weights import Checkpoint, Qwen3Config
 
 from ..errors import ModelError
 from ..model import Model
-from .shard import AllSum, check_divisible, rank_slice, split_of
+from .shard import AllSum, check_divisible, rank_slice, shard_model, split_of
 
 DTYPES = {"float32": mx.float32, "bfloat16": mx.bfloat16, "float16": mx.float16}
 
@@ -189,6 +189,10 @@ class MlxModel(Model):
         model = cls(config, weights, dt, path, shards=N)
         model.tensor_group = tensor_group
         return model
+
+    def shard(self, group: Any) -> None:
+        """Tensor parallelism for a model loaded whole: keep only this rank's slices (mlx-lm's ``model.shard``)."""
+        shard_model(self, group)
 
     # --- the engine's step ---------------------------------------------------------------------------------
 

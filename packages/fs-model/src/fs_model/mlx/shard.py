@@ -66,3 +66,31 @@ class AllSum:
 
     def __call__(self, x: mx.array) -> mx.array:
         return mx.distributed.all_sum(self.linear(x), group=self.group)
+
+
+def shard_model(model: Any, group: Any) -> None:
+    """Cut an MLX model loaded whole down to this rank's slices, in place (``MlxModel.shard``): the same slices
+    ``load_model(..., tensor_group=group)`` reads, taken from memory instead of the file."""
+    rank, N = group.rank(), group.size()
+    if model.tensor_group is not None:
+        raise ModelError("this model is already sharded")
+    group_size = next((lin.group_size for b in model.blocks for lin in b.w.values() if getattr(lin, "scales", None)
+                       is not None), None)  # fmt: skip
+    check_divisible(model.config, N, group_size)
+
+    def cut(x: mx.array | None, axis: int) -> mx.array | None:
+        if x is None:
+            return None
+        step = x.shape[axis] // N
+        return x[rank * step : (rank + 1) * step] if axis == 0 else x[:, rank * step : (rank + 1) * step]
+
+    for block in model.blocks:
+        for name, axis in SPLIT.items():
+            lin = block.w[name]
+            lin.w, lin.scales, lin.biases = cut(lin.w, axis), cut(lin.scales, axis), cut(lin.biases, axis)
+            mx.eval(*(a for a in (lin.w, lin.scales, lin.biases) if a is not None))
+            if axis == 1:
+                block.w[name] = AllSum(lin, group)
+        block.nh, block.nkv = block.nh // N, block.nkv // N
+    model.kv_heads = model.config.num_key_value_heads // N
+    model.tensor_group = group
