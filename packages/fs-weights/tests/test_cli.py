@@ -73,13 +73,20 @@ def test_the_load_bar_shows_bytes():
 
     from fs_weights.command_line import progress_bar
 
-    out = io.StringIO()
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    out = Terminal()
     show, close = progress_bar(out)
+    assert show is not None
     for done in (1 << 20, 3 << 20, 4 << 20):
         show(done, 4 << 20)
     close()
     text = out.getvalue()
     assert "/4.00M" in text and "B/s" in text, text[-200:]  # a byte total and a byte rate (tqdm redraws at most 10/s)
+    assert progress_bar(io.StringIO())[0] is None  # not a terminal: no bar
+    assert progress_bar(Terminal(), quiet=True)[0] is None  # --quiet: no bar
 
 
 def test_random_checkpoint_progress_counts_every_byte(tmp_path):

@@ -63,7 +63,7 @@ def _run(args: argparse.Namespace) -> int:
             f"the prompt is {len(ids)} tokens; the model's context is {model.config.max_position_embeddings}"
         )
     t0 = time.perf_counter()
-    bar, close = progress_bar(err, unit="tok") if err.isatty() and not args.quiet else (None, lambda: None)
+    bar, close = progress_bar(err, unit="tok", quiet=args.quiet)
     try:
         state = prefill_state(model, ids, bar)
     finally:

@@ -51,7 +51,7 @@ def load_from_args(args: argparse.Namespace) -> tuple[Any, Tokenizer]:
         if args.model is None:
             print(demo_banner(), file=err)
         print(f"loading {args.model or 'the demo model'} ({args.backend}) ...", end="", file=err, flush=True)
-    bar, close = progress_bar(err) if err.isatty() and not args.quiet else (None, lambda: None)
+    bar, close = progress_bar(err, quiet=args.quiet)
     try:
         model, tok = load(args.model, backend=args.backend, dtype=args.dtype, quantize=args.quantize, progress=bar)
     except BaseException:

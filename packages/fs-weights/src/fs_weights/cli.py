@@ -36,6 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--max-shard-size", type=positive_float, default=2.0, help="GiB per shard (default 2)")
     r.add_argument("--untied", action="store_true", help="write a separate lm_head")
     r.add_argument("--overwrite", action="store_true")
+    r.add_argument("--quiet", action="store_true", help="no progress bar")
     c = sub.add_parser(
         "convert",
         help="write a model as an MLX-layout directory (mlx_lm.convert's): another dtype, or 4/8-bit quantized",
@@ -68,7 +69,7 @@ def _convert(args: argparse.Namespace) -> int:
 
     t0 = time.perf_counter()
     src = resolve_model_path(args.src)
-    bar, close = progress_bar(sys.stderr) if sys.stderr.isatty() and not args.quiet else (None, lambda: None)
+    bar, close = progress_bar(sys.stderr, quiet=args.quiet)
     try:
         out = convert_checkpoint(
             src,
@@ -99,7 +100,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.tokenizer == "bytes":
         overrides["vocab_size"] = BYTE_VOCAB_SIZE
     cfg = preset(args.preset, **overrides)
-    bar, close = progress_bar(sys.stderr) if sys.stderr.isatty() else (None, lambda: None)
+    bar, close = progress_bar(sys.stderr, quiet=args.quiet)
     out = write_random_checkpoint(
         args.out,
         cfg,

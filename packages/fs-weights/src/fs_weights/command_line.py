@@ -90,9 +90,14 @@ positive_float = _number(float, lambda v: v > 0, "a finite positive number")
 unit_interval = _number(float, lambda v: 0 < v <= 1, "a number in (0, 1]")
 
 
-def progress_bar(stream: Any, unit: str = "B") -> tuple[Callable[[int, int], None], Callable[[], None]]:
+def progress_bar(
+    stream: Any, unit: str = "B", quiet: bool = False
+) -> tuple[Callable[[int, int], None] | None, Callable[[], None]]:
     """A tqdm bar for a ``progress(done, total)`` callback - bytes (loading, writing) or another ``unit`` (tokens
-    prefilled) - with rate and ETA; and the function that closes it."""
+    prefilled) - with rate and ETA; and the function that closes it. No bar (``None``, a no-op close) when
+    ``stream`` is not a terminal or ``quiet`` (``--quiet``): the one place that decides."""
+    if quiet or not stream.isatty():
+        return None, lambda: None
     from tqdm import tqdm
 
     bar: list[Any] = []
