@@ -74,6 +74,7 @@ def test_quantized_files_hold_exactly_the_gguf_blocks_as_mlx_affine(sources, exp
     assert greedy[0] == greedy[1]
 
 
+@pytest.mark.parity
 def test_the_mlx_backend_reads_the_same_file(exported, reference):
     reference("mlx.core")
     f = exported("Q4_0")

@@ -12,6 +12,7 @@ import pytest
 
 from fs_generate import Engine, load
 
+pytestmark = pytest.mark.parity  # MLX is the reference library here: `nox -s parity` runs these
 WORKER = Path(__file__).parent / "lockstep_worker.py"
 sys.path.insert(0, str(Path(__file__).parent))
 

@@ -84,6 +84,7 @@ def test_fs_cache_prompt_version(capsys):
     assert e.value.code == 0 and capsys.readouterr().out.strip() == f"fs-cache-prompt {fs_generate.__version__}"
 
 
+@pytest.mark.parity
 def test_the_mlx_backend_reads_the_same_file(tiny_dir, tmp_path, capsys, reference):
     reference("mlx.core")
     f = tmp_path / "doc.safetensors"

@@ -13,6 +13,7 @@ from fs_model import ModelError, load_model
 from fs_weights import write_random_checkpoint
 from model_helpers import config, rel_err
 
+pytestmark = pytest.mark.parity  # MLX is the reference library here: `nox -s parity` runs these
 IDS = [3, 141, 59, 265, 358, 97, 93, 238, 462, 64, 338, 327]
 WORKER = Path(__file__).parent / "tp_worker.py"
 
