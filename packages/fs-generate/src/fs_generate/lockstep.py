@@ -25,9 +25,10 @@ from typing import Any
 
 import numpy as np
 
-from .engine import Engine, default_kv_budget
+from .engine import Engine
 from .errors import GenerateError
 from .generate import Generator
+from .kv_budget import default_kv_budget
 from .request import FINISHED, Request
 
 log = logging.getLogger(__name__)
