@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from fs_kvcache import KVCacheError
+from fs_kvcache import KV_BITS, KVCacheError
 from fs_model import ModelError
 from fs_tokenizer import TokenizerError
 from fs_weights import WeightsError
@@ -23,6 +23,7 @@ from .chat_prompt import rest_of_turn, whole_turn
 from .constraints import compile_grammar
 from .errors import GenerateError
 from .generate import ROTATING_KEEP, Generator
+from .kv_bits import DEFAULT_QUANTIZED_KV_START, KV_GROUP_SIZES
 from .model_flags import add_model_flags, load_from_args
 from .reused_prefix import load_prompt
 
@@ -40,6 +41,9 @@ stopping: an EOS id of the model (generation_config.json + config.json), --max-t
   (max_position_embeddings, or --max-context), or any --stop string (the output is cut before it).
 --max-kv-size N (mlx-lm's meaning) bounds memory, not length: attention sees the first 4 positions and the most
   recent N-4; positions still stop at max_position_embeddings.
+--kv-bits 4|8 (mlx-lm's): once the cache holds --quantized-kv-start positions (default 5000) it is kept as affine
+  codes, groups of --kv-group-size dims (default 64), and attention reads them: ~1/3 (4-bit) or ~1/2 (8-bit) of a bf16
+  cache's bytes. Lossy: outputs drift from the exact cache's. Not with --max-kv-size.
 exit codes: 0 done, 2 bad input (unknown model, bad flag values, empty prompt, template errors).
 The last line on stderr is: prompt tokens and tok/s, generated tokens and tok/s, peak memory.
 """
@@ -79,6 +83,16 @@ def parser() -> argparse.ArgumentParser:
     )
     ap.add_argument(
         "--max-context", type=positive_int, help="stop at N tokens, prompt included (default: max_position_embeddings)"
+    )
+    ap.add_argument("--kv-bits", type=int, choices=KV_BITS, help="mlx-lm's: keep the KV cache as N-bit codes")
+    ap.add_argument(
+        "--kv-group-size", type=int, choices=KV_GROUP_SIZES, default=64, help="dims per KV scale (default 64)"
+    )
+    ap.add_argument(
+        "--quantized-kv-start",
+        type=non_negative_int,
+        default=DEFAULT_QUANTIZED_KV_START,
+        help=f"with --kv-bits: quantize once the cache holds N positions (default {DEFAULT_QUANTIZED_KV_START})",
     )
     ap.add_argument(
         "--prompt-cache-file",
@@ -167,6 +181,8 @@ def _run(args: argparse.Namespace) -> int:
         raise GenerateError("--system-prompt and --enable-thinking need the chat template; drop --ignore-chat-template")
     if args.max_kv_size is not None and args.max_kv_size <= ROTATING_KEEP:
         raise GenerateError(f"--max-kv-size must be more than {ROTATING_KEEP} (the positions it always keeps)")
+    if args.kv_bits is not None and args.max_kv_size is not None:
+        raise GenerateError("--kv-bits and --max-kv-size cannot be combined: a rotating cache is not quantized")
     if args.prompt_cache_file is not None and args.system is not None:
         raise GenerateError("--system-prompt belongs to the cached prompt; give it to fs-cache-prompt")
     if args.prompt_cache_file is not None and not Path(args.prompt_cache_file).is_file():
@@ -199,6 +215,9 @@ def _run(args: argparse.Namespace) -> int:
         repetition_penalty=args.repetition_penalty,
         context_limit=args.max_context,
         max_kv_size=args.max_kv_size,
+        kv_bits=args.kv_bits,
+        kv_group_size=args.kv_group_size,
+        quantized_kv_start=args.quantized_kv_start,
         prefix_cache=prefix,
         **constraint,
     )

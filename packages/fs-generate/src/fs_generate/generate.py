@@ -19,6 +19,8 @@ from fs_model import CausalLM
 
 from .constraints import make_constraint
 from .errors import GenerateError
+from .kv_bits import KVBits
+from .reused_prefix import KVPrefix
 from .sampling import SamplingParams, choose, logprob, top_logprobs
 from .step import PREFILL_CHUNK, generate_step, last_logits, tokens_for
 from .stopping import StopStrings, resolve_eos
@@ -107,6 +109,9 @@ class Generator:
         grammar: str | None = None,
         top_logprobs: int = 0,
         max_kv_size: int | None = None,
+        kv_bits: int | None = None,
+        kv_group_size: int = 64,
+        quantized_kv_start: int = 0,
     ):
         if type(max_new_tokens) is not int or max_new_tokens < 0:
             raise GenerateError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
@@ -138,6 +143,15 @@ class Generator:
             if prefix_cache is not None or not use_cache:
                 raise GenerateError("max_kv_size (a rotating cache) needs use_cache=True and no prefix_cache")
         self.max_kv_size = max_kv_size
+        # mlx-lm's --kv-bits: dense caches become quantized once they hold quantized_kv_start positions
+        self.kv_bits = KVBits(kv_bits, kv_group_size, quantized_kv_start) if kv_bits is not None else None
+        if self.kv_bits is not None:
+            self.kv_bits.check(model)
+            if max_kv_size is not None or not use_cache or not isinstance(prefix_cache, (KVPrefix, type(None))):
+                raise GenerateError(
+                    "kv_bits (a quantized cache) needs use_cache=True, no max_kv_size and no prefix cache"
+                    " (a prompt-cache file is fine)"
+                )
         self.limit, self.max_new, self.use_cache, self.prefix_cache = limit, max_new_tokens, use_cache, prefix_cache
         self.rng = np.random.default_rng(seed)
         self.result = Generation([], "", "length", prompt_ids=list(self.prompt))
@@ -235,7 +249,9 @@ class Generator:
         self.caches = caches  # kept: a chat continues the next turn from them
         self.result.cached_tokens = self.reused
         fed = len(self.prompt) - self.reused
-        tokens = generate_step(self.model, self.prompt[self.reused :], caches, self.sample, offset=self.reused)
+        tokens = generate_step(
+            self.model, self.prompt[self.reused :], caches, self.sample, offset=self.reused, after_pass=self.kv_bits
+        )
         for i, (token, lp) in enumerate(tokens):
             if i == 0:  # the prompt is in the caches now
                 self.result.prompt_seconds = time.perf_counter() - t0
@@ -286,9 +302,11 @@ def generate_batch(
     P = max(len(g.prompt) for g in live)
     pad = [P - len(g.prompt) for g in live]
     caches = model.make_cache()
+    quantize = gens[0].kv_bits or (lambda model, caches: None)  # every row was given the same keywords
     t0 = time.perf_counter()
     rows = [[0] * p + g.prompt for p, g in zip(pad, live, strict=True)]
     logits = last_logits(model(tokens_for(model, rows), 0, caches, logits_to_keep=1, pad=pad))
+    quantize(model, caches)
     for g in live:
         g.result.prompt_seconds, g._t0, g.result.forward_passes = time.perf_counter() - t0, time.perf_counter(), 1
     offset = P
@@ -299,6 +317,7 @@ def generate_batch(
         if all(g.done for g in live) or offset >= model.config.max_position_embeddings + min(pad):
             break
         logits = last_logits(model(tokens_for(model, [[t] for t in feed]), offset, caches, logits_to_keep=1, pad=pad))
+        quantize(model, caches)
         for g in live:
             if not g.done:
                 g.result.forward_passes += 1

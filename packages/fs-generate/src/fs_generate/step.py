@@ -23,6 +23,7 @@ from .sampling import logprob
 PREFILL_CHUNK = 512  # prompt tokens per forward pass: bounds the activations of a long prompt
 
 Sampler = Callable[[np.ndarray], int]  # float32 logits [V] -> token id
+AfterPass = Callable[[CausalLM, Sequence[Any] | None], None]  # (model, caches) after each forward pass (kv_bits.py)
 
 
 def greedy(logits: np.ndarray) -> int:
@@ -57,16 +58,23 @@ def _cache_array(model: CausalLM, caches: Sequence[Any] | None) -> Any:
 
 
 def prefill(
-    model: CausalLM, ids: Sequence[int], caches: Sequence[Any] | None, offset: int = 0, chunk: int = PREFILL_CHUNK
+    model: CausalLM,
+    ids: Sequence[int],
+    caches: Sequence[Any] | None,
+    offset: int = 0,
+    chunk: int = PREFILL_CHUNK,
+    after_pass: AfterPass | None = None,
 ) -> tuple[np.ndarray, int]:
     """Feed ``ids`` at ``offset`` (``chunk`` tokens per pass; all at once without caches) -> (last logits [V],
-    forward passes). Needs at least one id."""
+    forward passes). Needs at least one id. ``after_pass(model, caches)`` runs after every pass (``--kv-bits``)."""
     ids = list(ids)
     like, passes, out = _cache_array(model, caches), 0, None
     step = chunk if caches is not None else max(1, len(ids))
     for at in range(0, len(ids), step):
         out = model(tokens_for(model, [ids[at : at + step]], like), offset + at, caches, logits_to_keep=1)
         like, passes = out, passes + 1
+        if after_pass is not None:
+            after_pass(model, caches)
     assert out is not None, "prefill needs at least one token"
     return last_logits(out)[0], passes
 
@@ -79,11 +87,12 @@ def generate_step(
     *,
     offset: int = 0,
     chunk: int = PREFILL_CHUNK,
+    after_pass: AfterPass | None = None,
 ) -> Iterator[tuple[int, float]]:
     """Yield ``(token, logprob)`` forever (the caller stops it). With ``caches=None`` every step recomputes the
     whole sequence from position 0 (the uncached oracle); ``offset`` must then be 0."""
     seq = list(prompt_ids)
-    logits, _ = prefill(model, seq, caches, offset, chunk)
+    logits, _ = prefill(model, seq, caches, offset, chunk, after_pass)
     at = offset + len(seq)
     while True:
         token = sampler(logits)
@@ -91,6 +100,8 @@ def generate_step(
         seq.append(token)
         if caches is not None:
             out = model(tokens_for(model, [[token]], _cache_array(model, caches)), at, caches, logits_to_keep=1)
+            if after_pass is not None:
+                after_pass(model, caches)
         else:
             out = model(tokens_for(model, [seq]), 0, None, logits_to_keep=1)
         logits, at = last_logits(out)[0], at + 1

@@ -1,5 +1,5 @@
-"""fs_kvcache: KV caches for numpy and MLX - dense and forkable, rotating (a sliding window), paged copy-on-write,
-block-prefix and radix prefix caches."""
+"""fs_kvcache: KV caches for numpy and MLX - dense and forkable, quantized (affine 2/4/8-bit), rotating (a sliding
+window), paged copy-on-write, block-prefix and radix prefix caches."""
 
 from .arrays import is_mlx, to_numpy
 from .block_prefix import BlockPrefixCache
@@ -9,11 +9,13 @@ from .errors import KVCacheError
 from .kv_store import KVStore, PagedBatch, PagedLayer
 from .paged import BlockPool, PagedKVCache
 from .prompt_cache import identity_string, load_prompt_cache, save_prompt_cache
+from .quantized import KV_BITS, QuantizedKVCache
 from .radix import RadixPrefixCache
 from .rotating import RotatingKVCache
 
 __version__ = "0.1.0"
 __all__ = [
+    "KV_BITS",
     "BlockPool",
     "BlockPrefixCache",
     "BlockTable",
@@ -23,6 +25,7 @@ __all__ = [
     "PagedBatch",
     "PagedKVCache",
     "PagedLayer",
+    "QuantizedKVCache",
     "RadixPrefixCache",
     "RotatingKVCache",
     "identity_string",

@@ -6,6 +6,9 @@ objects on every update. Positions that someone else may be looking at are *froz
 positions at a ``fork()`` (the child sees them) and everything below the old offset after a ``trim()`` (earlier
 views show it). A write that would land in a frozen position moves the cache to a fresh buffer first, so a
 frozen prefix and a sibling's arrays are never modified.
+
+Internally a cache holds *parts*: arrays ``[B, kv_heads, S, *]`` that grow together along S - here (K, V); a
+``QuantizedKVCache`` (quantized.py) holds three per side, the same growth and freezing rules applied to all six.
 """
 
 from typing import Any
@@ -18,34 +21,43 @@ STEP = 256
 
 class DenseKVCache:
     def __init__(self, key_values: tuple[Any, Any] | None = None):
-        self._kv: tuple[Any, Any] | None = None
-        self._buf: tuple[Any, Any] | None = None  # owned storage, or None while sharing someone's arrays
+        self._parts: tuple[Any, ...] | None = None  # views of positions 0..offset-1
+        self._buf: tuple[Any, ...] | None = None  # owned storage, or None while sharing someone's arrays
         self._frozen = 0
         self.offset = 0
         if key_values is not None:
-            k, v = key_values
-            _check_pair(k, v)
-            self._kv, self.offset = (k, v), k.shape[2]
+            self._parts = self._join(*key_values)
+            self.offset = self._parts[0].shape[2]
+
+    # --- what a side is: one array (here) or several (quantized.py) -------------------------------------------
+
+    def _join(self, keys: Any, values: Any) -> tuple[Any, ...]:
+        _check_pair(keys, values)
+        return keys, values
+
+    def _split(self, parts: tuple[Any, ...]) -> tuple[Any, Any]:
+        return parts[0], parts[1]
+
+    # --- the cache --------------------------------------------------------------------------------------------
 
     @property
     def key_values(self) -> tuple[Any, Any] | None:
         """(K, V) for positions 0..offset-1, or None before the first update."""
-        return self._kv if self.offset else None
+        return self._split(self._parts) if self._parts is not None and self.offset else None
 
     def update_and_fetch(self, keys: Any, values: Any) -> tuple[Any, Any]:
-        _check_pair(keys, values)
-        if self._kv is not None:
-            _check_compatible(self._kv[0], keys)
-        start, end = self.offset, self.offset + keys.shape[2]
+        new = self._join(keys, values)
+        if self._parts is not None:
+            _check_compatible(self._parts, new)
+        start, end = self.offset, self.offset + new[0].shape[2]
         if self._buf is None or start < self._frozen or end > self._buf[0].shape[2]:
-            self._reallocate(keys, end)
+            self._reallocate(new, end)
         assert self._buf is not None
-        bk, bv = self._buf
-        bk[:, :, start:end] = keys
-        bv[:, :, start:end] = values
+        for b, x in zip(self._buf, new, strict=True):
+            b[:, :, start:end] = x
         self.offset = end
-        self._kv = (bk[:, :, :end], bv[:, :, :end])
-        return self._kv
+        self._parts = tuple(b[:, :, :end] for b in self._buf)
+        return self._split(self._parts)
 
     def update_and_fetch_buffers(self, keys: Any, values: Any) -> tuple[Any, Any, int]:
         """``update_and_fetch``, returning instead the cache's own contiguous buffers ``[B, kv_heads, capacity,
@@ -53,19 +65,18 @@ class DenseKVCache:
         reads the history in place from them (a compiled loop over a strided view is slower, a copy is O(T))."""
         self.update_and_fetch(keys, values)
         assert self._buf is not None
-        return self._buf[0], self._buf[1], self.offset
+        return (*self._split(self._buf), self.offset)
 
-    def _reallocate(self, like: Any, needed: int) -> None:
+    def _reallocate(self, like: tuple[Any, ...], needed: int) -> None:
         old = self._buf[0].shape[2] if self._buf is not None else 0
         cap = max(needed + needed // 4, 2 * old, STEP)  # headroom: a prefill is followed by decode steps
         cap = -(-cap // STEP) * STEP
-        B, H, _, D = like.shape
-        bk, bv = zeros(like, (B, H, cap, D)), zeros(like, (B, H, cap, D))
+        bufs = tuple(zeros(x, (x.shape[0], x.shape[1], cap, x.shape[3])) for x in like)
         if self.offset:
-            assert self._kv is not None
-            bk[:, :, : self.offset] = self._kv[0][:, :, : self.offset]
-            bv[:, :, : self.offset] = self._kv[1][:, :, : self.offset]
-        self._buf, self._frozen = (bk, bv), 0
+            assert self._parts is not None
+            for b, x in zip(bufs, self._parts, strict=True):
+                b[:, :, : self.offset] = x[:, :, : self.offset]
+        self._buf, self._frozen = bufs, 0
 
     def trim(self, n: int) -> int:
         """Forget the last ``n`` positions; arrays handed out before keep showing them."""
@@ -73,21 +84,24 @@ class DenseKVCache:
             raise KVCacheError(f"cannot trim {n!r} positions from a cache holding {self.offset}")
         self._frozen = max(self._frozen, self.offset)
         self.offset -= n
-        if self._kv is not None:
-            self._kv = (self._kv[0][:, :, : self.offset], self._kv[1][:, :, : self.offset])
+        if self._parts is not None:
+            self._parts = tuple(x[:, :, : self.offset] for x in self._parts)
         return n
 
     def fork(self) -> "DenseKVCache":
         """A new cache whose ``key_values`` are this cache's arrays themselves; both may grow independently."""
-        child = DenseKVCache()
-        child._kv, child.offset = self._kv, self.offset
+        child = self._empty()
+        child._parts, child.offset = self._parts, self.offset
         self._frozen = max(self._frozen, self.offset)
         return child
 
+    def _empty(self) -> "DenseKVCache":
+        return DenseKVCache()
+
     def materialize(self) -> tuple[Any, Any] | None:
         """Force evaluation (MLX is lazy) and return ``key_values``."""
-        if self._kv is not None:
-            evaluate(*self._kv)
+        if self._parts is not None:
+            evaluate(*self._parts)
         return self.key_values
 
     @property
@@ -95,7 +109,7 @@ class DenseKVCache:
         return sum(int(a.nbytes) for a in self._buf) if self._buf is not None else 0
 
     def __repr__(self) -> str:
-        return f"DenseKVCache(offset={self.offset})"
+        return f"{type(self).__name__}(offset={self.offset})"
 
 
 def _check_pair(k: Any, v: Any) -> None:
@@ -105,10 +119,11 @@ def _check_pair(k: Any, v: Any) -> None:
         raise KVCacheError(f"keys are {k.dtype} but values are {v.dtype}")
 
 
-def _check_compatible(held: Any, new: Any) -> None:
-    a, b = tuple(held.shape), tuple(new.shape)
-    if (a[0], a[1], a[3]) != (b[0], b[1], b[3]) or held.dtype != new.dtype:
-        raise KVCacheError(
-            f"cannot append {b} {new.dtype} to a cache holding {a} {held.dtype}: "
-            "batch, kv_heads, head_dim and dtype must match"
-        )
+def _check_compatible(held: tuple[Any, ...], new: tuple[Any, ...]) -> None:
+    for h, x in zip(held, new, strict=True):
+        a, b = tuple(h.shape), tuple(x.shape)
+        if (a[0], a[1], a[3]) != (b[0], b[1], b[3]) or h.dtype != x.dtype:
+            raise KVCacheError(
+                f"cannot append {b} {x.dtype} to a cache holding {a} {h.dtype}: "
+                "batch, kv_heads, head_dim and dtype must match"
+            )

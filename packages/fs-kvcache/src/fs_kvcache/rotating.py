@@ -66,7 +66,7 @@ class RotatingKVCache:
     def _update(self, keys: Any, values: Any) -> None:
         _check_pair(keys, values)
         if self._buf is not None:
-            _check_compatible(self._buf[0], keys)
+            _check_compatible(self._buf[:1], (keys,))
         S = keys.shape[2]
         if S == 1:
             self._step(keys, values)

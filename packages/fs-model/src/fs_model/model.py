@@ -10,7 +10,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from fs_kvcache import BlockPool, DenseKVCache, PagedKVCache, RotatingKVCache
+from fs_kvcache import KV_BITS, BlockPool, DenseKVCache, PagedKVCache, QuantizedKVCache, RotatingKVCache
 from fs_weights import Qwen3Config
 
 from .errors import ModelError
@@ -90,17 +90,49 @@ class Model:
         return {k: np.asarray(self.to_numpy(v))[0] for k, v in out.items()}
 
     def make_cache(
-        self, kind: str = "dense", *, num_blocks: int = 1024, block_size: int = 16, max_size: int = 0, keep: int = 4
+        self,
+        kind: str = "dense",
+        *,
+        num_blocks: int = 1024,
+        block_size: int = 16,
+        max_size: int = 0,
+        keep: int = 4,
+        bits: int = 8,
+        group_size: int = 64,
     ) -> list[Any]:
-        """One cache per layer: ``dense`` (growable, forkable), ``paged`` (a block pool per layer) or ``rotating``
-        (the first ``keep`` positions and a sliding window, ``max_size`` in all: mlx-lm's ``--max-kv-size``)."""
+        """One cache per layer: ``dense`` (growable, forkable), ``quantized`` (dense, K/V as ``bits``-bit affine
+        codes: mlx-lm's ``--kv-bits``), ``paged`` (a block pool per layer) or ``rotating`` (the first ``keep``
+        positions and a sliding window, ``max_size`` in all: mlx-lm's ``--max-kv-size``)."""
         if kind == "dense":
             return [DenseKVCache() for _ in range(self.n_layers)]
+        if kind == "quantized":
+            self._check_kv_quantization(bits, group_size)
+            return [QuantizedKVCache(bits, group_size) for _ in range(self.n_layers)]
         if kind == "rotating":
             return [RotatingKVCache(max_size, keep) for _ in range(self.n_layers)]
         if kind == "paged":
             return [PagedKVCache(BlockPool(num_blocks, block_size)) for _ in range(self.n_layers)]
         raise ModelError(f"unknown cache kind {kind!r} (choose 'dense', 'paged' or 'rotating')")
+
+    def quantize_cache(self, cache: DenseKVCache, bits: int, group_size: int) -> QuantizedKVCache:
+        """mlx-lm's ``to_quantized``: a quantized cache holding ``cache``'s positions, each quantized as it would
+        have been when written (quantization is per position, so converting late changes no position's codes)."""
+        self._check_kv_quantization(bits, group_size)
+        kv = cache.key_values
+        if kv is None:
+            return QuantizedKVCache(bits, group_size)
+        k, v = (self._quantize_kv(x, bits, group_size) for x in kv)
+        return QuantizedKVCache(bits, group_size, key_values=(k, v))
+
+    def _check_kv_quantization(self, bits: int, group_size: int) -> None:
+        D = self.config.dim_head
+        if bits not in KV_BITS:
+            raise ModelError(f"kv bits must be one of {KV_BITS}, got {bits!r}")
+        if type(group_size) is not int or group_size <= 0 or D % group_size or group_size % (32 // bits):
+            raise ModelError(
+                f"kv group size {group_size!r} must divide head_dim {D} and be a multiple of {32 // bits}"
+                f" at {bits} bits (mlx-lm's are 32, 64 and 128)"
+            )
 
     @property
     def vocab_size(self) -> int:
@@ -167,6 +199,10 @@ class Model:
     def to_numpy(self, x: Any) -> Any:
         """A backend array as numpy (float32 for bf16), anything else unchanged."""
         return x
+
+    def _quantize_kv(self, x: Any, bits: int, group_size: int) -> tuple[Any, Any, Any]:
+        """Cached K or V [B, kv_heads, S, D] as this backend's affine triple (codes, scales, biases)."""
+        raise NotImplementedError
 
     def _run(
         self,

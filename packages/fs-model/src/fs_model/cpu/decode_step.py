@@ -55,7 +55,11 @@ class FusedAttention(Attention):
         q, k, v = q.transpose(0, 2, 1, 3), k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)  # [B, heads, S, D]
         if self.kv_bf16:
             k, v = fused.to_bf16(k), fused.to_bf16(v)
-        if cache is None:
+        K: Any
+        V: Any
+        if getattr(cache, "bits", 0):  # a QuantizedKVCache: the new positions as codes, its buffers read in place
+            K, V, T = cache.update_and_fetch_buffers(self.quantize_kv(k, cache), self.quantize_kv(v, cache))
+        elif cache is None:
             K, V, T = k, v, S
         elif hasattr(cache, "update_and_fetch_buffers"):  # a dense cache: its buffers, read in place
             K, V, T = cache.update_and_fetch_buffers(k, v)

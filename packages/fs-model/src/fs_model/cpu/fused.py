@@ -10,6 +10,8 @@ reference and runs whenever numba is absent, ``FS_REFERENCE_PATH=1`` is set, or 
 ``FS_BATCH_INVARIANT=0`` prefill (S > 1) takes it too (decode_step.py decides, once, when the model is built).
 """
 
+from typing import Any
+
 import numpy as np
 
 from . import HAVE_NUMBA
@@ -57,24 +59,61 @@ if HAVE_NUMBA:
             else:
                 out[i] = np.uint16((v + ((v >> np.uint32(16)) & np.uint32(1)) + np.uint32(0x7FFF)) >> np.uint32(16))
 
-    def _tile(rows, buf):  # pragma: no cover - replaced by the overload below inside compiled code
-        return rows
+    @njit(cache=True)
+    def _dequantize(codes, scales, biases, r, g, at, n, dst, t):  # pragma: no cover - compiled
+        """Positions at .. at+n-1 of head g of a quantized cache row r into dst[t .. t+n-1] as float32:
+        ``scale * code + bias`` per group (fs_weights.dequantize's arithmetic, codes packed least-significant
+        first, 32/bits per uint32 word)."""
+        W = codes.shape[3]
+        D = dst.shape[1]
+        per = D // W
+        bits = 32 // per
+        gs = D // scales.shape[3]
+        mask = np.uint32((1 << bits) - 1)
+        for i in range(n):
+            for w in range(W):
+                word = codes[r, g, at + i, w]
+                for j in range(per):
+                    d = w * per + j
+                    c = np.float32((word >> np.uint32(j * bits)) & mask)
+                    dst[t + i, d] = scales[r, g, at + i, d // gs] * c + biases[r, g, at + i, d // gs]
+
+    def _tile(K, r, g, at, n, buf):  # pragma: no cover - replaced by the overload below inside compiled code
+        return buf
 
     @overload(_tile)
-    def _tile_overload(rows, buf):  # pragma: no cover - compiled
-        """Cache rows [n, D] as float32: float32 rows as they are, bf16 bits widened into ``buf`` in one flat
-        (vectorised) loop - widening row by row measured 1.4× slower."""
-        if rows.dtype == types.uint16:
+    def _tile_overload(K, r, g, at, n, buf):  # pragma: no cover - compiled
+        """Positions at .. at+n-1 of head g of K[r] as float32 rows [n, D]: float32 rows as they are, bf16 bits
+        widened into ``buf`` in one flat (vectorised) loop - widening row by row measured 1.4× slower - and a
+        quantized cache's triple (codes, scales, biases) dequantized into ``buf``."""
+        if isinstance(K, types.BaseTuple):
 
-            def widened(rows, buf):
-                n = rows.shape[0] * rows.shape[1]
-                src, dst = rows.reshape(n), buf.reshape(-1)[:n].view(np.uint32)
-                for i in range(n):
+            def dequantized(K, r, g, at, n, buf):
+                _dequantize(K[0], K[1], K[2], r, g, at, n, buf, 0)
+                return buf[:n]
+
+            return dequantized
+        if K.dtype == types.uint16:
+
+            def widened(K, r, g, at, n, buf):
+                rows = K[r, g, at : at + n]
+                m = n * rows.shape[1]
+                src, dst = rows.reshape(m), buf.reshape(-1)[:m].view(np.uint32)
+                for i in range(m):
                     dst[i] = np.uint32(src[i]) << np.uint32(16)
-                return buf[: rows.shape[0]]
+                return buf[:n]
 
             return widened
-        return lambda rows, buf: rows
+        return lambda K, r, g, at, n, buf: K[r, g, at : at + n]
+
+    def _heads(K):  # pragma: no cover - replaced by the overload below
+        return K.shape[1]
+
+    @overload(_heads)
+    def _heads_overload(K):  # pragma: no cover - compiled
+        if isinstance(K, types.BaseTuple):
+            return lambda K: K[0].shape[1]
+        return lambda K: K.shape[1]
 
     def _gather(K, r, g, trow, bs, T, out):  # pragma: no cover - replaced by the overload below
         return out
@@ -83,6 +122,17 @@ if HAVE_NUMBA:
     def _gather_overload(K, r, g, trow, bs, T, out):  # pragma: no cover - compiled
         """Positions 0 .. T-1 of head g of K[r] (through the block row ``trow``) into ``out`` [T, D] as float32, a
         block run at a time: a prefill's queries then read each key once widened, not once per query."""
+        if isinstance(K, types.BaseTuple):
+
+            def dequantized(K, r, g, trow, bs, T, out):
+                t = 0
+                while t < T:
+                    n = min(T - t, bs - t % bs)
+                    _dequantize(K[0], K[1], K[2], r, g, trow[t // bs] * bs + t % bs, n, out, t)
+                    t += n
+                return out
+
+            return dequantized
         if K.dtype == types.uint16:
 
             def widened(K, r, g, trow, bs, T, out):
@@ -114,7 +164,8 @@ if HAVE_NUMBA:
     def _attend_impl(q, K, V, rows, tables, bs, starts, context, pads, scale, out):  # pragma: no cover - compiled
         """The queries of n sequences, one after another: q/out [N, nh, D], sequence i's at rows starts[i] ..
         starts[i+1]-1, for positions context[i]-len .. context[i]-1, each over the keys up to its own position.
-        K/V [R, nkv, slots, D] (float32, or bf16 bits widened a tile at a time): sequence i reads K[rows[i]], its
+        K/V [R, nkv, slots, D] (float32, bf16 bits or a quantized triple; widened a tile at a time): sequence i
+        reads K[rows[i]], its
         position t at slot tables[i, t // bs] * bs + t % bs - a block pool read in place, or a dense cache
         [B, nkv, capacity, D] with one block per row. The G = nh/nkv query heads of a kv head share each K and V
         row read. Keys before pads[i] are invisible (all invisible: a uniform average, as the reference's finite
@@ -125,7 +176,7 @@ if HAVE_NUMBA:
         the blocks, where the call starts and how much padding its row has: a token attended in a prefill, in an
         engine step beside other sequences, or alone in a decode step gets the same bits (batch invariance)."""
         nh, D = q.shape[1], q.shape[2]
-        nkv = K.shape[1]
+        nkv = _heads(K)
         G = nh // nkv
         TILE = 64
         for ig in prange(context.shape[0] * nkv):
@@ -155,7 +206,7 @@ if HAVE_NUMBA:
                         kt = Kw[t0:t1]
                     else:
                         at = tables[i, t0 // bs] * bs + t0 % bs
-                        kt = _tile(K[r, g, at : at + t1 - t0], buf)
+                        kt = _tile(K, r, g, at, t1 - t0, buf)
                     for t in range(t1 - t0):
                         k = kt[t]
                         for j in range(G):
@@ -176,7 +227,7 @@ if HAVE_NUMBA:
                         vt = Vw[t0:t1]
                     else:
                         at = tables[i, t0 // bs] * bs + t0 % bs
-                        vt = _tile(V[r, g, at : at + t1 - t0], buf)
+                        vt = _tile(V, r, g, at, t1 - t0, buf)
                     for t in range(t1 - t0):
                         v = vt[t]
                         for j in range(G):
@@ -224,6 +275,11 @@ def norm_rope(x: np.ndarray, w: np.ndarray, eps: float, cos: np.ndarray, sin: np
     return out.reshape(x.shape)
 
 
+def _contiguous(K: Any) -> Any:
+    """A cache's K or V as the kernel reads it: one array, or a quantized cache's (codes, scales, biases)."""
+    return tuple(np.ascontiguousarray(a) for a in K) if isinstance(K, tuple) else np.ascontiguousarray(K)
+
+
 def attend_rows(
     q: np.ndarray,
     K: np.ndarray,
@@ -244,7 +300,7 @@ def attend_rows(
     out = np.empty_like(q)
     key = ("attend", q.shape, n, bucket(int(context.max())))  # the work grows with T: a contest per doubling
     i64 = np.int64
-    args = (q, np.ascontiguousarray(K), np.ascontiguousarray(V), rows.astype(i64), tables.astype(i64))
+    args = (q, _contiguous(K), _contiguous(V), rows.astype(i64), tables.astype(i64))
     fan_out(key, _attend, *args, i64(block_size), starts.astype(i64), context.astype(i64), pads, scale, out)
     return out
 
@@ -261,6 +317,7 @@ def attend(
     starts = np.arange(0, B * S + 1, S, dtype=np.int64)
     context = np.full(B, T, np.int64)
     flat = q4.transpose(0, 2, 1, 3).reshape(B * S, nh, D)
-    out = attend_rows(flat, K, V, rows, np.zeros((B, 1), np.int64), K.shape[2], starts, context, scale, pad)
+    slots = (K[0] if isinstance(K, tuple) else K).shape[2]
+    out = attend_rows(flat, K, V, rows, np.zeros((B, 1), np.int64), slots, starts, context, scale, pad)
     out = out.reshape(B, S, nh, D).transpose(0, 2, 1, 3)
     return out if q.ndim == 4 else out[:, :, 0]

@@ -14,6 +14,7 @@ from fs_weights import Checkpoint, Qwen3Config
 
 from ..errors import ModelError
 from ..model import Model
+from .quantized_attention import quantize_kv, quantized_attention
 from .shard import AllSum, check_divisible, rank_slice, shard_model, split_of
 
 DTYPES = {"float32": mx.float32, "bfloat16": mx.bfloat16, "float16": mx.float16}
@@ -70,9 +71,15 @@ class Block:
         q, k, v = (t.transpose(0, 2, 1, 3) for t in (q, k, v))
         q = mx.fast.rope(q, self.D, traditional=False, base=self.theta, scale=1.0, offset=offset)
         k = mx.fast.rope(k, self.D, traditional=False, base=self.theta, scale=1.0, offset=offset)
-        if cache is not None:
-            k, v = cache.update_and_fetch(k, v)
-        out = mx.fast.scaled_dot_product_attention(q, k, v, scale=self.scale, mask=mask)
+        bits = getattr(cache, "bits", 0)
+        if bits:  # a QuantizedKVCache: the new positions packed, attention over the packed history
+            gs = cache.group_size
+            K, V = cache.update_and_fetch(quantize_kv(k, bits, gs), quantize_kv(v, bits, gs))
+            out = quantized_attention(q, K, V, self.scale, mask, bits, gs)
+        else:
+            if cache is not None:
+                k, v = cache.update_and_fetch(k, v)
+            out = mx.fast.scaled_dot_product_attention(q, k, v, scale=self.scale, mask=mask)
         return w["o_proj"](out.transpose(0, 2, 1, 3).reshape(B, S, self.nh * self.D))
 
     def paged_attention(self, x: mx.array, positions: mx.array, cache: PagedLayer) -> mx.array:
@@ -219,6 +226,9 @@ class MlxModel(Model):
 
     def tokens_array(self, ids: Sequence[int] | Sequence[Sequence[int]]) -> Any:
         return mx.array(np.asarray(super().tokens_array(ids)), dtype=mx.int32)
+
+    def _quantize_kv(self, x: Any, bits: int, group_size: int) -> tuple[Any, Any, Any]:
+        return quantize_kv(x, bits, group_size)
 
     def to_numpy(self, x: Any) -> Any:
         if isinstance(x, mx.array):

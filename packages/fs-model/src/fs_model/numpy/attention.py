@@ -2,7 +2,8 @@
 
 Shapes: x [B, S, H] -> q [B, nh, S, D], k/v [B, nkv, S, D]; each group of nh/nkv query heads reads one kv head.
 With ``kv_bf16`` the keys and values are rounded to bf16 as they are made and the cache holds their bit patterns
-(uint16): half the bytes to keep and to read per token, as mlx-lm's bf16 models do.
+(uint16): half the bytes to keep and to read per token, as mlx-lm's bf16 models do. A ``QuantizedKVCache`` (one
+with ``bits``) is handed the new positions as affine codes (kv_quant.py) and its history is read back dequantized.
 """
 
 from typing import Any
@@ -12,6 +13,7 @@ import numpy as np
 from fs_kvcache import PagedLayer
 from fs_weights import bf16_to_f32, f32_to_bf16
 
+from .kv_quant import dequantize_kv, quantize_kv
 from .linear import Linear
 from .norm import rms_norm
 from .rope import RoPE
@@ -48,10 +50,15 @@ class Attention:
             return self.wo(self._paged(q, k, v, cache).transpose(0, 2, 1, 3).reshape(B, S, self.nh * self.D))
         # a rotating cache's chunk: which keys each query sees (a sliding window), asked before the update
         allowed = cache.chunk_mask(S) if S > 1 and hasattr(cache, "chunk_mask") else None
-        if cache is not None:
-            k, v = cache.update_and_fetch(k, v)
-        if self.kv_bf16:
-            k, v = bf16_to_f32(k), bf16_to_f32(v)
+        bits = getattr(cache, "bits", 0)
+        if bits:  # a QuantizedKVCache: the new positions as codes in, the history dequantized out
+            K, V = cache.update_and_fetch(self.quantize_kv(k, cache), self.quantize_kv(v, cache))
+            k, v = dequantize_kv(K, bits, cache.group_size), dequantize_kv(V, bits, cache.group_size)
+        else:
+            if cache is not None:
+                k, v = cache.update_and_fetch(k, v)
+            if self.kv_bf16:
+                k, v = bf16_to_f32(k), bf16_to_f32(v)
         T, G = k.shape[2], self.nh // self.nkv
         qg = q.reshape(B, self.nkv, G, S, self.D)  # query heads h = g·G + j share kv head g
         out = np.empty_like(qg)
@@ -61,6 +68,10 @@ class Attention:
             out[:, :, :, a : a + step] = self._attend(qg[:, :, :, a : a + step], k, v, T - S + a, pad, rows)
         out = out.reshape(B, self.nh, S, self.D)
         return self.wo(out.transpose(0, 2, 1, 3).reshape(B, S, self.nh * self.D))
+
+    def quantize_kv(self, x: np.ndarray, cache: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """K or V [B, kv_heads, S, D] (float32, or bf16 bits) as the affine triple ``cache`` keeps."""
+        return quantize_kv(x, cache.bits, cache.group_size, self.kv_bf16)
 
     def _paged(self, q: np.ndarray, k: np.ndarray, v: np.ndarray, cache: PagedLayer) -> np.ndarray:
         """An engine step: the new K/V [1, nkv, N, D] written into their slots, then each sequence's queries over

@@ -19,6 +19,7 @@ from ..errors import ModelError
 from ..model import Model
 from .attention import Attention
 from .block import Block
+from .kv_quant import quantize_kv
 from .linear import Linear
 from .norm import rms_norm
 from .rope import RoPE
@@ -64,6 +65,9 @@ class NumpyModel(Model):
             heads = (c.num_attention_heads, c.num_key_value_heads, c.dim_head)
             attn = attention(w, *heads, c.rms_norm_eps, self.rope, kv_bf16=kv_dtype == "bfloat16")
             self.blocks.append(block(w, attn, c.rms_norm_eps))
+
+    def _quantize_kv(self, x: Any, bits: int, group_size: int) -> tuple[Any, Any, Any]:
+        return quantize_kv(x, bits, group_size, self.kv_dtype == "bfloat16")
 
     # --- the engine's step: many sequences, one pass, K/V in a block pool ------------------------------------
 

@@ -1,0 +1,126 @@
+"""A quantized KV cache (``--kv-bits``) on every backend: the MLX backend against mlx-lm's QuantizedKVCache bit for
+bit, the numpy reference within float32 rounding of it, the fused CPU kernels against the reference and equal to
+themselves however the prompt is chunked or batched."""
+
+import numpy as np
+import pytest
+
+from fs_kvcache import DenseKVCache, QuantizedKVCache
+from fs_model import ModelError, load_model
+from fs_model.numpy.kv_quant import dequantize_kv, quantize_kv
+from fs_weights import write_random_checkpoint
+from model_helpers import config, rel_err
+
+IDS = [3, 141, 59, 265, 358, 97, 93, 238, 462, 64, 338, 327]
+P = 8  # prompt positions prefilled exact, then the caches are quantized and the rest decoded one by one
+
+
+def test_the_worked_example_of_kv_quant():
+    x = np.zeros((1, 1, 1, 32), np.float32)
+    x[..., 0], x[..., 1] = -0.3, 1.2  # the rest 0: one group spanning [-0.3, 1.2]
+    codes, scales, biases = quantize_kv(x, 4, 32, bf16=False)
+    assert codes.shape == (1, 1, 1, 4) and scales.shape == biases.shape == (1, 1, 1, 1)
+    assert np.isclose(scales.item(), -0.1) and np.isclose(biases.item(), 1.2)
+    assert int(codes[0, 0, 0, 0]) & 0xFF == 15 | (0 << 4)  # -0.3 -> 15, 1.2 -> 0: the two low nibbles
+    np.testing.assert_allclose(dequantize_kv((codes, scales, biases), 4, 32), x, atol=0.05)
+
+
+def run(model, bits, gs, ids=IDS, prompt=P):
+    """Logits [len(ids) - prompt + 1, V]: the prompt exact, then the caches quantized and the rest decoded."""
+    caches = model.make_cache()
+    out = [model.to_numpy(model(model.tokens_array(ids[:prompt]), 0, caches)[0, -1])]
+    caches = [model.quantize_cache(c, bits, gs) for c in caches]
+    assert all(isinstance(c, QuantizedKVCache) and c.offset == prompt for c in caches)
+    for i, t in enumerate(ids[prompt:]):
+        out.append(model.to_numpy(model(model.tokens_array([t]), prompt + i, caches)[0, -1]))
+    return np.asarray(out, np.float32)
+
+
+def mlx_lm_run(path, bits, gs, reference, ids=IDS, prompt=P):
+    mx = reference("mlx.core")
+    ref, _ = reference("mlx_lm.utils").load_model(path)
+    cache = reference("mlx_lm.models.cache").make_prompt_cache(ref)
+    out = [ref(mx.array([ids[:prompt]]), cache=cache)[0, -1]]
+    cache = [c.to_quantized(group_size=gs, bits=bits) for c in cache]
+    out += [ref(mx.array([[t]]), cache=cache)[0, -1] for t in ids[prompt:]]
+    return np.asarray([np.array(o.astype(mx.float32)) for o in out])
+
+
+@pytest.fixture(scope="module")
+def f32(tmp_path_factory):
+    return write_random_checkpoint(tmp_path_factory.mktemp("kvb") / "f32", config(), seed=3, dtype="float32")
+
+
+@pytest.fixture(scope="module")
+def bf16(tmp_path_factory):
+    return write_random_checkpoint(tmp_path_factory.mktemp("kvb") / "bf16", config(), seed=4, dtype="bfloat16")
+
+
+@pytest.mark.parity
+@pytest.mark.parametrize("bits", [2, 4, 8])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_the_mlx_backend_is_mlx_lms_quantized_cache_bit_for_bit(f32, bf16, reference, bits, dtype):
+    path = f32 if dtype == "float32" else bf16
+    want = mlx_lm_run(path, bits, 32, reference)
+    assert np.array_equal(run(load_model(path, backend="mlx"), bits, 32), want)
+
+
+@pytest.mark.parity
+@pytest.mark.parametrize("bits", [4, 8])
+def test_the_numpy_reference_matches_mlx_lm_within_float32_rounding(f32, reference, bits, monkeypatch):
+    from fs_model import cpu
+
+    monkeypatch.setattr(cpu.SWITCHES, "fused_decode", False)  # the readable path
+    want = mlx_lm_run(f32, bits, 32, reference)
+    got = run(load_model(f32, backend="numpy"), bits, 32)
+    assert rel_err(got, want) <= 1e-5
+    exact = np.asarray(load_model(f32, backend="numpy")(np.array([IDS]), 0, None))[0, P - 1 :]
+    assert rel_err(exact, want) > 1e-3  # and the codes did change the answer: this is not the exact cache
+
+
+def test_a_group_size_that_does_not_divide_head_dim_is_refused(tmp_path):
+    d = write_random_checkpoint(tmp_path / "h48", config("head_dim-odd-ratio"), dtype="float32")
+    m = load_model(d, backend="numpy")
+    with pytest.raises(ModelError, match="must divide head_dim 48"):
+        m.make_cache("quantized", bits=4, group_size=32)
+    with pytest.raises(ModelError, match="must divide head_dim 48"):
+        m.quantize_cache(DenseKVCache(), 8, 64)
+
+
+KEPT = {"bf16": {"dtype": "native"}, "int8": {"quantize": "int8"}, "int4": {"quantize": "int4"}}
+
+
+@pytest.mark.kernels
+@pytest.mark.parametrize("bits", [4, 8])
+def test_the_fused_kernels_read_the_codes_as_the_reference_does(bf16, bits, monkeypatch):
+    """bf16 weights, where the fused path and the reference differ only in summation order (the quantized
+    formats' fused path also quantizes activations, so it differs from the reference without any K/V codes)."""
+    from fs_model import cpu
+
+    assert cpu.HAVE_NUMBA, "numba is not installed: the kernels session installs fs-model[fast]"
+    fast = run(load_model(bf16, dtype="native"), bits, 32)
+    monkeypatch.setattr(cpu.SWITCHES, "fused_decode", False)
+    assert rel_err(fast, run(load_model(bf16, dtype="native"), bits, 32)) <= 1e-5
+
+
+@pytest.mark.kernels
+@pytest.mark.parametrize("fmt", list(KEPT))
+def test_a_quantized_cache_keeps_the_fused_paths_bit_for_bit_contracts(bf16, fmt):
+    """Quantized from the first position: one prefill == two chunks == a decode step, alone or in a batch."""
+    model = load_model(bf16, **KEPT[fmt])
+
+    def last(rows, caches, offset=0, pad=None):
+        return np.asarray(model(np.array(rows), offset, caches, logits_to_keep=1, pad=pad))[:, -1]
+
+    q = dict(bits=4, group_size=32)
+    whole = last([IDS], model.make_cache("quantized", **q))[0]
+    caches = model.make_cache("quantized", **q)
+    last([IDS[:5]], caches)
+    assert np.array_equal(last([IDS[5:]], caches, 5)[0], whole)
+    caches = model.make_cache("quantized", **q)
+    last([IDS[:-1]], caches)
+    assert np.array_equal(last([IDS[-1:]], caches, len(IDS) - 1)[0], whole)
+    other = [7, 8, 9]
+    pad = [0, len(IDS) - len(other)]
+    batch = last([IDS, [0] * pad[1] + other], model.make_cache("quantized", **q), pad=pad)
+    assert np.array_equal(batch[0], whole)
