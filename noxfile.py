@@ -132,6 +132,7 @@ BENCHES = {
     "generate_decode": ["benchmarks/generate_decode.py"],
     "generate_batch": ["benchmarks/generate_batch.py"],
     "kvcache_decode": ["benchmarks/kvcache_decode.py"],
+    "kv_bits": ["benchmarks/kv_bits.py", "--contexts", "1024", "4096"],
     "quant_quality": ["benchmarks/quant_quality.py"],
     "invariance_cost": ["benchmarks/invariance_cost.py"],
     "threads": ["benchmarks/threads.py"],

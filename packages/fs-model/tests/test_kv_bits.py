@@ -124,3 +124,21 @@ def test_a_quantized_cache_keeps_the_fused_paths_bit_for_bit_contracts(bf16, fmt
     pad = [0, len(IDS) - len(other)]
     batch = last([IDS, [0] * pad[1] + other], model.make_cache("quantized", **q), pad=pad)
     assert np.array_equal(batch[0], whole)
+
+
+@pytest.mark.kernels
+@pytest.mark.parametrize("bits", [2, 4, 8])
+@pytest.mark.parametrize("gs", [32, 64, 128])
+@pytest.mark.parametrize("bf16", [False, True])
+def test_the_compiled_quantizer_gives_the_references_bits(bits, gs, bf16):
+    """The decode step quantizes its new K/V in one compiled call; its codes, scales and biases must be the
+    reference's (fs_weights' rule = mx.quantize's), edge cases included: an all-zero group, a constant one, a
+    group whose edge of larger magnitude is its minimum, integers, tiny and large magnitudes."""
+    from fs_model.cpu import fused
+
+    rng = np.random.default_rng(bits * gs + bf16)
+    x = rng.standard_normal((2, 8, 5, 128), dtype=np.float32)
+    x *= rng.choice([1e-3, 1.0, 100.0], (2, 8, 5, 1)).astype(np.float32)
+    x[0, 0, 0], x[0, 1, 0], x[0, 2, 0, :64], x[1, 0, 1] = 0.0, 3.0, -1.0, rng.integers(-3, 4, 128)
+    for got, want in zip(fused.quantize_kv(x, bits, gs, bf16), quantize_kv(x, bits, gs, bf16), strict=True):
+        assert got.dtype == want.dtype and np.array_equal(got.view(np.uint8), want.view(np.uint8))

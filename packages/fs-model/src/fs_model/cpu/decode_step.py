@@ -69,6 +69,9 @@ class FusedAttention(Attention):
         out = fused.attend(q, K, V, T, self.scale, pad)  # [B, nh, S, D]
         return self.wo(out.transpose(0, 2, 1, 3).reshape(B, S, self.nh * self.D))
 
+    def quantize_kv(self, x: np.ndarray, cache: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return fused.quantize_kv(x, cache.bits, cache.group_size, self.kv_bf16)  # the reference's bits, compiled
+
     def _paged_fused(self, q: np.ndarray, k: np.ndarray, v: np.ndarray, cache: PagedLayer) -> np.ndarray:
         """q [N, nh, D], k/v [N, nkv, D] -> [N, nh, D]: K/V into their slots, attention over the blocks in place."""
         st, layer, bt = cache.store, cache.layer, cache.batch
