@@ -118,7 +118,7 @@ def bodies(draw):
 
 
 @settings(
-    max_examples=300, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=150, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(body=bodies(), path=st.sampled_from(["/v1/chat/completions", "/v1/completions"]))
 def test_fuzzed_bodies_get_4xx_json_and_the_server_keeps_answering(server, body, path):
