@@ -62,6 +62,10 @@ def test_bad_combinations_are_refused(tiny_dir):
         generate(model, tok, "hi", max_new_tokens=2, kv_bits=4, kv_group_size=64)
     with pytest.raises(GenerateError, match="no max_kv_size"):
         generate(model, tok, "hi", max_new_tokens=2, kv_bits=4, kv_group_size=32, max_kv_size=16)
+    from fs_generate.chat_session import ChatSession
+
+    with pytest.raises(GenerateError, match="a chat keeps exact K/V"):
+        ChatSession(model, tok, max_new_tokens=2, kv_bits=4)
 
 
 @pytest.mark.kernels
@@ -96,3 +100,18 @@ def test_cli_kv_bits(tiny_dir, capsys):
     assert main([*base, "--kv-bits", "8"]) == 2  # group 64 > head_dim 32: one line, no traceback
     err = capsys.readouterr().err
     assert "does not divide this model's head_dim 32" in err and "Traceback" not in err
+
+
+def test_a_reused_prefix_is_converted_by_the_same_rule(tiny_dir):
+    """A prompt-cache file's K/V load exact; the first pass then sees exact K/V either way, so the tokens are those
+    of the whole prompt generated cold with the same kv_bits."""
+    from fs_generate.reused_prefix import KVPrefix, prefill_state
+
+    model, tok = load(str(tiny_dir))
+    ids = tok.encode(PROMPT)
+    prefix = KVPrefix(ids[:20], prefill_state(model, ids[:20]))
+    kw = dict(max_new_tokens=16, eos_token_ids=[], kv_bits=4, kv_group_size=32, quantized_kv_start=0)
+    reused = generate(model, tok, ids, prefix_cache=prefix, **kw)
+    cold = generate(model, tok, ids, **kw)
+    assert reused.cached_tokens == 20 and reused.token_ids == cold.token_ids
+    assert np.allclose(reused.logprobs, cold.logprobs, atol=1e-4)

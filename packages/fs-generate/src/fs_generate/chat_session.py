@@ -26,6 +26,8 @@ class ChatSession:
     ):
         if getattr(tokenizer, "chat_template", None) is None:
             raise GenerateError("a chat needs a tokenizer with a chat template")
+        if sampling.get("kv_bits") is not None:  # its K/V are cut and carried between turns as exact arrays
+            raise GenerateError("a chat keeps exact K/V across turns; kv_bits is for fs-generate and generate()")
         self.model, self.tokenizer, self.sampling = model, tokenizer, sampling
         self.enable_thinking = enable_thinking
         self.reset(system)
