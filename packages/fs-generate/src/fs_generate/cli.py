@@ -41,7 +41,7 @@ stopping: an EOS id of the model (generation_config.json + config.json), --max-t
   (max_position_embeddings, or --max-context), or any --stop string (the output is cut before it).
 --max-kv-size N (mlx-lm's meaning) bounds memory, not length: attention sees the first 4 positions and the most
   recent N-4; positions still stop at max_position_embeddings.
---kv-bits 4|8 (mlx-lm's): once the cache holds --quantized-kv-start positions (default 5000) it is kept as affine
+--kv-bits 2|4|8 (mlx-lm's): once the cache holds --quantized-kv-start positions (default 5000) it is kept as affine
   codes, groups of --kv-group-size dims (default 64), and attention reads them: ~1/3 (4-bit) or ~1/2 (8-bit) of a bf16
   cache's bytes. Lossy: outputs drift from the exact cache's. Not with --max-kv-size.
 exit codes: 0 done, 2 bad input (unknown model, bad flag values, empty prompt, template errors).
