@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import ModelError
 from . import HAVE_NUMBA
 from .threads import bucket, fan_out
 
@@ -349,7 +350,8 @@ def _contiguous(K: Any) -> Any:
     if not isinstance(K, tuple):
         return np.ascontiguousarray(K)
     codes, scales, biases = (np.ascontiguousarray(a) for a in K)
-    assert sys.byteorder == "little", "the quantized cache kernels read packed codes as little-endian bytes"
+    if sys.byteorder != "little":  # pragma: no cover - every CPU fs runs on today is little-endian
+        raise ModelError("the quantized-cache kernels read codes as little-endian bytes; set FS_REFERENCE_PATH=1")
     return codes.view(np.uint8), scales, biases
 
 
