@@ -33,11 +33,18 @@ def tiled(reference):
         pytest.skip("this CPU has no AVX2 + FMA: the row kernels run (test_kernels.py, test_batch_invariance.py)")
 
 
-@pytest.mark.parametrize("kind", ["bf16", "q8", "q4"])
+def compiled(kind, group=64):
+    """Skip an AVX-512 kind (trailing w) where this CPU has no AVX-512: the AVX2 kinds run there."""
+    if tiles.width(kind) == 16 and tiles.kernels(kind, 0 if kind == "bf16w" else group) is None:
+        pytest.skip(f"{kind} needs AVX-512 (avx512f, avx512bw): this CPU runs the 8-wide tiles")
+    return kind[:-1] if tiles.width(kind) == 16 else kind
+
+
+@pytest.mark.parametrize("kind", ["bf16", "q8", "q4", "bf16w", "q8w", "q4w"])
 @pytest.mark.parametrize("name", list(SHAPES))
 def test_tiles_equal_the_float64_reference(tiled, kind, name):
     n, k = SHAPES[name]
-    w, dense = weights(kind, n, k)
+    w, dense = weights(compiled(kind), n, k)
     x = np.random.default_rng(1).standard_normal((5, k), dtype=np.float32)
     want = x.astype(np.float64) @ dense.astype(np.float64).T
     got = tiles.matmul(kind, w, x)
@@ -73,13 +80,15 @@ def test_int8_activations_need_groups_of_64_and_the_switch(tiled, monkeypatch):
 
 @pytest.mark.parametrize(
     "kind, group",
-    [("bf16", 0), ("q8", 32), ("q8", 64), ("q8", 128), ("q4", 32), ("q4", 64), ("q4i", 64), ("q8i", 64)],
-)
+    [("bf16", 0), ("q8", 32), ("q8", 64), ("q8", 128), ("q4", 32), ("q4", 64), ("q4i", 64), ("q8i", 64),
+     ("bf16w", 0), ("q8w", 32), ("q8w", 128), ("q4w", 32), ("q4w", 64)],
+)  # fmt: skip
 def test_a_row_gets_the_same_bits_in_every_panel(tiled, kind, group):
     """13 rows = panels of 4, 4, 4 and a lone row; 6 = 4 + 2; 3 = 2 + 1: a row computed by any of them, and alone,
     is the same float32 bits (the per-element chain does not depend on the tile)."""
     n, k = 45, 512  # 45 weight rows: full tiles and one-row edges in the last block
-    w, _ = weights(kind[:2] if kind.endswith("i") else kind, n, k, group or 64)
+    base = compiled(kind, group or 64)
+    w, _ = weights(base[:2] if base.endswith("i") else base, n, k, group or 64)
     x = np.random.default_rng(2).standard_normal((13, k), dtype=np.float32)
     whole = tiles.matmul(kind, w, x)
     for lo, hi in ((0, 6), (5, 8), (12, 13), (3, 7)):
@@ -96,6 +105,26 @@ def test_shapes_the_tiles_do_not_cover_take_the_row_kernels(tiled):
     assert not tiles.applies("bf16", 1004) and not tiles.applies("q4", 64 * 3, 64)  # odd number of 4-bit groups
     q = quantize_affine(np.ones((8, 64 * 3), np.float32), 4, 64)
     assert not AffineLinear(q).tiled and AffineLinear(quantize_affine(np.ones((8, 128), np.float32), 4, 64)).tiled
+
+
+def test_each_matrix_takes_the_widest_tile_its_shape_allows(tiled, monkeypatch):
+    """AVX-512 hosts run 16-wide tiles where k (and the group) split into 16-float chunks; the layers keep that
+    choice for every call (it is part of each element's chain), and FS_WIDE_TILES=0 keeps the 8-wide ones."""
+    from fs_model import cpu
+
+    if tiles.kernels("bf16w") is None:
+        assert tiles.widest("bf16", 1024) == "bf16" and tiles.widest("q8", 1024, 64) == "q8"
+        pytest.skip("this CPU has no AVX-512: only the 8-wide tiles exist (checked above)")
+    assert tiles.widest("bf16", 1024) == "bf16w" and tiles.widest("q4", 1024, 64) == "q4w"
+    assert tiles.widest("bf16", 1016) == "bf16" and tiles.widest("q8", 1024, 8) == "q8"  # 1016, 8: not × 16
+    assert tiles.widest("q4i", 1024, 64) == "q4i"  # the integer tiles have one width
+    w, dense = weights("bf16", 64, 1024)
+    layer = Bf16Linear(w)
+    assert layer.tiles is not None and layer.tiles.kind == "bf16w"
+    x = np.random.default_rng(3).standard_normal((3, 1024), dtype=np.float32)
+    assert rel_err(layer.matmul(x), x.astype(np.float64) @ dense.astype(np.float64).T) < 1e-5
+    monkeypatch.setattr(cpu.SWITCHES, "wide_tiles", False)
+    assert tiles.widest("bf16", 1024) == "bf16" and Bf16Linear(w).tiles.kind == "bf16"  # type: ignore[union-attr]
 
 
 def test_the_switch_turns_them_off(tiled, monkeypatch):

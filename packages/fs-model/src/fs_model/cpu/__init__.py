@@ -12,6 +12,7 @@ fs-model wherever it has wheels; ``fs-model[fast]`` elsewhere) and which instruc
 | ``FS_INT8_ACTIVATIONS=0`` / ``all`` | 4-bit (AVX2 or VNNI CPUs) | ``0``: float activations; ``all``: 8-bit too |
 | ``FS_REFERENCE_PATH=1`` | off | every step uses the numpy glue instead of the fused kernels |
 | ``FS_TILES=0`` | on where the CPU has AVX2 + FMA | kept weights take the row kernels instead of the register tiles |
+| ``FS_WIDE_TILES=0`` | on where the CPU has AVX-512 | float tiles stay 8-wide (AVX2) instead of 16-wide |
 | ``FS_BATCH_INVARIANT=0`` | on | kept-weight models may take M-dependent kernels (BLAS / GEMM prefill, int8 decode) |
 
 One module per kernel family: ``tiles`` (register-tiled kernels for every kept format, LLVM IR), ``bf16`` (bf16
@@ -56,6 +57,7 @@ class Switches:
     fused_decode: bool = True
     batch_invariant: bool = True
     tiles: bool = True
+    wide_tiles: bool = True
     num_threads: int | None = None
 
     @classmethod
@@ -68,6 +70,7 @@ class Switches:
             fused_decode=env.get("FS_REFERENCE_PATH", "") in ("", "0"),
             batch_invariant=env.get("FS_BATCH_INVARIANT", "") != "0",
             tiles=env.get("FS_TILES", "") != "0",
+            wide_tiles=env.get("FS_WIDE_TILES", "") != "0",
             num_threads=int(threads) if threads.isdigit() and int(threads) > 0 else None,
         )
 

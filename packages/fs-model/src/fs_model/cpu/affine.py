@@ -221,7 +221,7 @@ class AffineLinear(Linear):
             self.kind = integer
         layout = w.codes.strides[1] == 1 and w.scales.strides == w.biases.strides and w.scales.strides[1] == 4
         self.tiled = layout and tiles.applies(self.kind, k, w.group_size)
-        self.tiles = tiles.Tiled(self.kind, w) if self.tiled else None
+        self.tiles = tiles.Tiled(tiles.widest(self.kind, k, w.group_size), w) if self.tiled else None
         self.integer_decode = vnni.applies(w.bits, w.group_size, k)
         self.gemm = bf16_gemm.applies(w) and not self.invariant
 

@@ -78,7 +78,7 @@ class Bf16Linear(Linear):
         # chain of arithmetic, whatever else is in the call
         self.invariant = SWITCHES.batch_invariant
         self.tiled = tiles.applies("bf16", w.shape[1]) and w.strides[1] == 2
-        self.tiles = tiles.Tiled("bf16", w) if self.tiled else None
+        self.tiles = tiles.Tiled(tiles.widest("bf16", w.shape[1]), w) if self.tiled else None
         self.gemm = bf16_gemm.applies(w) and not self.invariant
 
     def matmul(self, rows: np.ndarray) -> np.ndarray:

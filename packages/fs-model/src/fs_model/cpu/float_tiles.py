@@ -6,15 +6,22 @@ docstring) is the same for every NR and MR, which is what makes the tiles batch 
 
 import re
 
-DECLARATIONS = """declare <8 x float> @llvm.fma.v8f32(<8 x float>, <8 x float>, <8 x float>)
+# Bytes ahead of each weight load that the tiles prefetch: a thread walks its rows of a contiguous matrix in
+# order, so loads at +PREFETCH cover every line just before it is needed. Rows of 0.5-6 KiB end too soon for
+# the hardware prefetcher to keep up (it stops at each 4 KiB page): a 0.6B decode matrix from memory streamed
+# 9-14 GB/s without, 18-24 with (docs/performance.md). A hint only: it never faults and changes no result.
+PREFETCH = 16384
+DECLARATIONS = """declare void @llvm.prefetch.p0(ptr, i32, i32, i32)
+declare <8 x float> @llvm.fma.v8f32(<8 x float>, <8 x float>, <8 x float>)
+declare <16 x float> @llvm.fma.v16f32(<16 x float>, <16 x float>, <16 x float>)
 declare float @llvm.fma.f32(float, float, float)
 """
 
 
-def _splat(name: str, scalar: str) -> list[str]:
+def _splat(name: str, scalar: str, W: int) -> list[str]:
     return [
-        f"  {name}.0 = insertelement <8 x float> poison, float {scalar}, i32 0",
-        f"  {name} = shufflevector <8 x float> {name}.0, <8 x float> poison, <8 x i32> zeroinitializer",
+        f"  {name}.0 = insertelement <{W} x float> poison, float {scalar}, i32 0",
+        f"  {name} = shufflevector <{W} x float> {name}.0, <{W} x float> poison, <{W} x i32> zeroinitializer",
     ]
 
 
@@ -23,11 +30,20 @@ def _row(base: str, stride: str, n: int, name: str) -> list[str]:
     return [f"  %{name}m = mul i64 {stride}, {n}", f"  %{name} = add i64 {base}, %{name}m"]
 
 
-def store(acc: str, bsum: str | None, n: int, r: int) -> list[str]:
+def store(acc: str, bsum: str | None, n: int, r: int, W: int = 8) -> list[str]:
     """Output element (n, r) = hsum(acc) [+ bsum], stored at po + r·so + 4n. The sum's tree is part of every tile's
-    contract (tiles.py): lanes (0..3)+(4..7), then (0,1)+(2,3), then the two."""
+    contract (tiles.py): 16 lanes first add (0..7)+(8..15); then lanes (0..3)+(4..7), (0,1)+(2,3), the two."""
     e = f"{n}_{r}"
-    lines = [
+    lines = []
+    if W == 16:
+        halves = ", ".join(f"i32 {i}" for i in range(8)), ", ".join(f"i32 {i}" for i in range(8, 16))
+        lines = [
+            f"  %wl{e} = shufflevector <16 x float> {acc}, <16 x float> poison, <8 x i32> <{halves[0]}>",
+            f"  %wh{e} = shufflevector <16 x float> {acc}, <16 x float> poison, <8 x i32> <{halves[1]}>",
+            f"  %w8{e} = fadd <8 x float> %wl{e}, %wh{e}",
+        ]
+        acc = f"%w8{e}"
+    lines += [
         f"  %l{e} = shufflevector <8 x float> {acc}, <8 x float> poison, <4 x i32> <i32 0, i32 1, i32 2, i32 3>",
         f"  %h{e} = shufflevector <8 x float> {acc}, <8 x float> poison, <4 x i32> <i32 4, i32 5, i32 6, i32 7>",
         f"  %q{e} = fadd <4 x float> %l{e}, %h{e}",
@@ -51,30 +67,45 @@ def store(acc: str, bsum: str | None, n: int, r: int) -> list[str]:
     ]
 
 
-def _weights(kind: str, n: int) -> list[str]:
-    """Weight row n's 8-wide chunk(s) %w{n}_{h} at chunk %t as floats: widened bf16 bits, or the codes themselves
-    (8-bit: one chunk; planar 4-bit: the low-nibble then the high-nibble chunk of the same 8 code bytes)."""
-    width = 16 if kind == "bf16" else 8  # bytes per chunk of codes
+def _weights(kind: str, n: int, W: int) -> list[str]:
+    """Weight row n's W-wide chunk(s) %w{n}_{h} at chunk %t as floats: widened bf16 bits, or the codes themselves
+    (8-bit: one chunk; planar 4-bit: the low-nibble then the high-nibble chunk of the same W code bytes)."""
+    width = 2 * W if kind == "bf16" else W  # bytes per chunk of codes
     lines = [
         *_row("%pw", "%sw", n, f"wrow{n}"),
         f"  %wo{n} = mul i64 %t, {width}",
         f"  %wa{n} = add i64 %wrow{n}, %wo{n}",
         f"  %wp{n} = inttoptr i64 %wa{n} to ptr",
     ]
+    lines += prefetch(f"%pf{n}", f"%wa{n}")
     if kind == "bf16":
         return [
             *lines,
-            f"  %wh{n} = load <8 x i16>, ptr %wp{n}, align 2",
-            f"  %wz{n} = zext <8 x i16> %wh{n} to <8 x i32>",
-            f"  %ws{n} = shl <8 x i32> %wz{n}, splat (i32 16)",
-            f"  %w{n}_0 = bitcast <8 x i32> %ws{n} to <8 x float>",
+            f"  %wh{n} = load <{W} x i16>, ptr %wp{n}, align 2",
+            f"  %wz{n} = zext <{W} x i16> %wh{n} to <{W} x i32>",
+            f"  %ws{n} = shl <{W} x i32> %wz{n}, splat (i32 16)",
+            f"  %w{n}_0 = bitcast <{W} x i32> %ws{n} to <{W} x float>",
         ]
-    lines.append(f"  %wb{n} = load <8 x i8>, ptr %wp{n}, align 1")
+    lines.append(f"  %wb{n} = load <{W} x i8>, ptr %wp{n}, align 1")
     planes = [f"%wb{n}"]
     if kind == "q4":
-        lines += [f"  %lo{n} = and <8 x i8> %wb{n}, splat (i8 15)", f"  %hi{n} = lshr <8 x i8> %wb{n}, splat (i8 4)"]
+        lines += [
+            f"  %lo{n} = and <{W} x i8> %wb{n}, splat (i8 15)",
+            f"  %hi{n} = lshr <{W} x i8> %wb{n}, splat (i8 4)",
+        ]
         planes = [f"%lo{n}", f"%hi{n}"]
-    return lines + [f"  %w{n}_{h} = uitofp <8 x i8> {c} to <8 x float>" for h, c in enumerate(planes)]
+    return lines + [f"  %w{n}_{h} = uitofp <{W} x i8> {c} to <{W} x float>" for h, c in enumerate(planes)]
+
+
+def prefetch(name: str, address: str) -> list[str]:
+    """Hint the line PREFETCH bytes past ``address`` into the cache (read, keep: locality 3, data)."""
+    if not PREFETCH:
+        return []
+    return [
+        f"  {name}.a = add i64 {address}, {PREFETCH}",
+        f"  {name}.p = inttoptr i64 {name}.a to ptr",
+        f"  call void @llvm.prefetch.p0(ptr {name}.p, i32 0, i32 3, i32 1)",
+    ]
 
 
 def _load_float(name: str, base: str, index: str) -> list[str]:
@@ -96,6 +127,8 @@ def _unrolled(outer: list[str], inner: list[str], latch: list[str], chunks: int)
     token = re.compile(r"%[\w.]+")
     out: list[str] = []
     for j in range(chunks):
+        if j:  # one prefetch per group and weight row: a group's codes are one 64-byte line (8-bit, planar 4-bit)
+            body = [ln for ln in body if "%pf" not in ln]
 
         def rename(m: re.Match[str], j: int = j) -> str:
             name = m.group(0)
@@ -112,10 +145,10 @@ def _unrolled(outer: list[str], inner: list[str], latch: list[str], chunks: int)
     return head, out, fold
 
 
-def microkernel(kind: str, NR: int, MR: int, G: int) -> str:
-    """``@{kind}_{NR}x{MR}`` with tiles.py's ABI: an NR×MR block of outputs.
+def microkernel(kind: str, NR: int, MR: int, G: int, W: int = 8) -> str:
+    """``@{kind}_{NR}x{MR}`` (``@{kind}w_…`` for W = 16) with tiles.py's ABI: an NR×MR block of outputs.
 
-    Two loops: groups, then the ``per_group`` 8-wide chunks inside a group (bf16: one "group" of every chunk).
+    Two loops: groups, then the ``per_group`` W-wide chunks inside a group (bf16: one "group" of every chunk).
     bf16: one accumulator per element runs through both. Affine codes: a group accumulator ``q·x`` per element
     (and per nibble plane), folded in at the group's end as ``acc = fma(gacc, scale, acc)``, with the bias term
     ``bsum = fma(bias, Σx_g, bsum)`` from the per-row group sums in ``pa`` (float32 [m, groups·planes]); the
@@ -126,7 +159,7 @@ def microkernel(kind: str, NR: int, MR: int, G: int) -> str:
     entry = ["entry:", "  br label %outer"]
     outer = ["outer:", "  %g = phi i64 [0, %entry], [%gn, %latch]"]
     for n, r in pairs:
-        outer.append(f"  %oacc{n}_{r} = phi <8 x float> [zeroinitializer, %entry], [%lacc{n}_{r}, %latch]")
+        outer.append(f"  %oacc{n}_{r} = phi <{W} x float> [zeroinitializer, %entry], [%lacc{n}_{r}, %latch]")
         if affine:
             outer.append(f"  %obs{n}_{r} = phi float [0.0, %entry], [%lbs{n}_{r}, %latch]")
     outer.append("  br label %inner")
@@ -135,16 +168,16 @@ def microkernel(kind: str, NR: int, MR: int, G: int) -> str:
     for n, r in pairs:
         for h in range(halves):
             start = f"%oacc{n}_{r}" if not affine else "zeroinitializer"
-            inner.append(f"  %acc{n}_{r}_{h} = phi <8 x float> [{start}, %outer], [%nacc{n}_{r}_{h}, %inner]")
+            inner.append(f"  %acc{n}_{r}_{h} = phi <{W} x float> [{start}, %outer], [%nacc{n}_{r}_{h}, %inner]")
             acc[n, r, h] = f"%acc{n}_{r}_{h}"
     inner += ["  %tg = mul i64 %g, %per_group", "  %t = add i64 %tg, %j"]
-    if kind == "q4":  # x offsets (floats): chunk t's low plane starts at 2G·g + 8j, its high plane G later
-        inner += [f"  %xg = mul i64 %g, {2 * G}", "  %xj = mul i64 %j, 8", "  %xo_0 = add i64 %xg, %xj"]
+    if kind == "q4":  # x offsets (floats): chunk t's low plane starts at 2G·g + Wj, its high plane G later
+        inner += [f"  %xg = mul i64 %g, {2 * G}", f"  %xj = mul i64 %j, {W}", "  %xo_0 = add i64 %xg, %xj"]
         inner.append(f"  %xo_1 = add i64 %xo_0, {G}")
     else:
-        inner.append("  %xo_0 = mul i64 %t, 8")
+        inner.append(f"  %xo_0 = mul i64 %t, {W}")
     for n in range(NR):
-        inner += _weights(kind, n)
+        inner += _weights(kind, n, W)
     for h in range(halves):
         for r in range(MR):
             inner += [
@@ -152,19 +185,19 @@ def microkernel(kind: str, NR: int, MR: int, G: int) -> str:
                 f"  %xb{r}_{h} = mul i64 %xo_{h}, 4",
                 f"  %xa{r}_{h} = add i64 %xr{r}_{h}, %xb{r}_{h}",
                 f"  %xp{r}_{h} = inttoptr i64 %xa{r}_{h} to ptr",
-                f"  %x{r}_{h} = load <8 x float>, ptr %xp{r}_{h}, align 4",
+                f"  %x{r}_{h} = load <{W} x float>, ptr %xp{r}_{h}, align 4",
             ]
     for n, r in pairs:
         for h in range(halves):
             inner.append(
-                f"  %nacc{n}_{r}_{h} = call <8 x float> @llvm.fma.v8f32(<8 x float> %w{n}_{h}, "
-                f"<8 x float> %x{r}_{h}, <8 x float> {acc[n, r, h]})"
+                f"  %nacc{n}_{r}_{h} = call <{W} x float> @llvm.fma.v{W}f32(<{W} x float> %w{n}_{h}, "
+                f"<{W} x float> %x{r}_{h}, <{W} x float> {acc[n, r, h]})"
             )
     inner += ["  %jn = add i64 %j, 1", "  %jd = icmp sge i64 %jn, %per_group"]
     inner.append("  br i1 %jd, label %latch, label %inner")
     latch = ["latch:"]
     if not affine:
-        latch += [f"  %lacc{n}_{r} = bitcast <8 x float> %nacc{n}_{r}_0 to <8 x float>" for n, r in pairs]
+        latch += [f"  %lacc{n}_{r} = bitcast <{W} x float> %nacc{n}_{r}_0 to <{W} x float>" for n, r in pairs]
     else:
         gidx = ["%g"] if kind == "q8" else ["%g2", "%g21"]
         if kind == "q4":
@@ -174,7 +207,7 @@ def microkernel(kind: str, NR: int, MR: int, G: int) -> str:
             for h in range(halves):
                 latch += _load_float(f"%s{n}_{h}", f"%srow{n}", gidx[h])
                 latch += _load_float(f"%b{n}_{h}", f"%brow{n}", gidx[h])
-                latch += _splat(f"%ss{n}_{h}", f"%s{n}_{h}")
+                latch += _splat(f"%ss{n}_{h}", f"%s{n}_{h}", W)
         for r in range(MR):
             latch += _row("%pa", "%sa", r, f"arow{r}")
             for h in range(halves):
@@ -186,18 +219,19 @@ def microkernel(kind: str, NR: int, MR: int, G: int) -> str:
                 cur_acc = f"%lacc{n}_{r}" if last else f"%macc{n}_{r}_{h}"
                 cur_b = f"%lbs{n}_{r}" if last else f"%mbs{n}_{r}_{h}"
                 latch += [
-                    f"  {cur_acc} = call <8 x float> @llvm.fma.v8f32(<8 x float> %nacc{n}_{r}_{h}, "
-                    f"<8 x float> %ss{n}_{h}, <8 x float> {prev_acc})",
+                    f"  {cur_acc} = call <{W} x float> @llvm.fma.v{W}f32(<{W} x float> %nacc{n}_{r}_{h}, "
+                    f"<{W} x float> %ss{n}_{h}, <{W} x float> {prev_acc})",
                     f"  {cur_b} = call float @llvm.fma.f32(float %b{n}_{h}, float %xs{r}_{h}, float {prev_b})",
                 ]
                 prev_acc, prev_b = cur_acc, cur_b
     latch += ["  %gn = add i64 %g, 1", "  %gd = icmp sge i64 %gn, %groups", "  br i1 %gd, label %exit, label %outer"]
-    if affine:  # a group's G/8 chunks unrolled into the group loop (an 8-trip inner loop cost 35 % from memory)
-        outer, inner, latch = _unrolled(outer, inner, latch, G // 8)
+    if affine:  # a group's G/W chunks unrolled into the group loop (an 8-trip inner loop cost 35 % from memory)
+        outer, inner, latch = _unrolled(outer, inner, latch, G // W)
     tail = ["exit:"]
     for n, r in pairs:
-        tail += store(f"%lacc{n}_{r}", f"%lbs{n}_{r}" if affine else None, n, r)
+        tail += store(f"%lacc{n}_{r}", f"%lbs{n}_{r}" if affine else None, n, r, W)
     tail.append("  ret void")
     from .tiles import ABI
 
-    return f"define void @{kind}_{NR}x{MR}({ABI}) {{\n" + "\n".join(entry + outer + inner + latch + tail) + "\n}\n"
+    name = f"{kind}{'w' if W == 16 else ''}_{NR}x{MR}"
+    return f"define void @{name}({ABI}) {{\n" + "\n".join(entry + outer + inner + latch + tail) + "\n}\n"

@@ -25,7 +25,7 @@ products of at most 15 × 127.
 import numpy as np
 
 from . import HAVE_NUMBA
-from .float_tiles import store
+from .float_tiles import prefetch, store
 
 GROUP = 64  # weights per group, = activation quantization group (two 32-byte chunks per group)
 
@@ -119,7 +119,7 @@ def _q4_body(NR: int, MR: int) -> tuple[list[str], int]:
     plane), 128 activation bytes per input row; ``vpmaddubsw`` then ``vpmaddwd`` by ones."""
     L = ["  %cb = mul i64 %c, 64", "  %g0 = mul i64 %c, 2", "  %g0b = mul i64 %g0, 4", "  %g1b = add i64 %g0b, 4"]
     for n in range(NR):
-        L.append(f"  %wc{n} = add i64 %wr{n}, %cb")
+        L += [f"  %wc{n} = add i64 %wr{n}, %cb", *prefetch(f"%pf{n}", f"%wc{n}")]
         for j in range(2):
             L += _load(f"%cq{n}_{j}", f"%wc{n}", 32 * j, "<32 x i8>")
             L += [
@@ -155,7 +155,7 @@ def _q8_body(NR: int, MR: int) -> tuple[list[str], int]:
     ``vpmaddwd`` (products up to 255 × 127 add exactly in 32 bits)."""
     L = ["  %cb = mul i64 %c, 64", "  %g0b = mul i64 %c, 4"]
     for n in range(NR):
-        L.append(f"  %wc{n} = add i64 %wr{n}, %cb")
+        L += [f"  %wc{n} = add i64 %wr{n}, %cb", *prefetch(f"%pf{n}", f"%wc{n}")]
         for j in range(4):
             L += _load(f"%cq{n}_{j}", f"%wc{n}", 16 * j, "<16 x i8>")
             L.append(f"  %cw{n}_{j} = zext <16 x i8> %cq{n}_{j} to <16 x i16>")
@@ -199,7 +199,8 @@ def microkernel(NR: int, MR: int, bits: int = 4) -> str:
     return f"define void @q{bits}i_{NR}x{MR}({ABI}) {{\n" + "\n".join(L) + "\n}\n"
 
 
-DECLARATIONS = """declare <16 x i16> @llvm.x86.avx2.pmadd.ub.sw(<32 x i8>, <32 x i8>)
+DECLARATIONS = """declare void @llvm.prefetch.p0(ptr, i32, i32, i32)
+declare <16 x i16> @llvm.x86.avx2.pmadd.ub.sw(<32 x i8>, <32 x i8>)
 declare <8 x i32> @llvm.x86.avx2.pmadd.wd(<16 x i16>, <16 x i16>)
 declare float @llvm.fma.f32(float, float, float)
 declare <8 x float> @llvm.fma.v8f32(<8 x float>, <8 x float>, <8 x float>)

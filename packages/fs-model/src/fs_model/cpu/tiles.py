@@ -14,12 +14,16 @@ Invariance is kept by construction, in LLVM IR where the arithmetic is explicit 
             then the high nibble plane of each pair of groups); 4-bit with int8 activations: integer_tiles.py
     hsum adds lanes (0..3)+(4..7), then (0,1)+(2,3), then the two; every chain starts at 0.
 
+On a CPU with AVX-512 the float kinds run 16-wide (``bf16w``, ``q8w``, ``q4w``: chunks of 16, an hsum that first
+adds lanes (0..7)+(8..15)); ``widest`` picks the width once per matrix. Every tile prefetches its weights
+``float_tiles.PREFETCH`` bytes ahead (a hint: no result changes).
+
 Every tile shape (NR×MR, NR×1, 1×MR, 1×1) computes each element by exactly that chain, so the number of rows in a
 call, a row's place in it and the other rows cannot move a bit. The bits differ from the row kernels' (another
 order), so one host uses one of the two for every call: tiled where ``applies`` (this CPU has AVX2+FMA, the shape
 tiles), else the row kernels.
 
-    Tiled(kind, w)(X) -> [m, n] float32    # kind "bf16": w uint16 [n, k]; "q8"/"q4"/"q4i"/"q8i": an AffineWeight
+    Tiled(kind, w)(X) -> [m, n] float32    # kind "bf16"/"bf16w": w uint16 [n, k]; "q8", "q4", …: an AffineWeight
 """
 
 import ctypes
@@ -40,6 +44,10 @@ TILES = {
     "bf16": ((2, 4), (4, 2), (4, 1)),
     "q8": ((2, 4), (4, 2), (4, 1)),
     "q4": ((1, 4), (4, 2), (4, 1)),
+    # AVX-512 (16-wide, kinds named with a trailing w; 32 vector registers): measured like the AVX2 ones
+    "bf16w": ((4, 4), (4, 2), (4, 1)),
+    "q8w": ((2, 4), (4, 2), (4, 1)),
+    "q4w": ((2, 4), (2, 2), (4, 1)),
     "q4i": ((1, 4), (2, 2), (2, 1)),  # 4-bit codes with int8 activations (integer_tiles.py)
     "q8i": ((1, 4), (2, 2), (2, 1)),  # 8-bit codes with int8 activations (integer_tiles.py)
 }
@@ -67,12 +75,18 @@ def kernels(kind: str, G: int = 0) -> tuple[int, ...] | None:
         shapes = [s for NR, MR in TILES[kind] for s in ((NR, MR), (1, MR))]
         names = [f"{kind}_{a}x{b}" for a, b in shapes]
         unique = dict(zip(names, shapes, strict=True))  # an NR of 1 makes a tile its own edge
+        features = ("avx2", "fma")
         if kind in ("q4i", "q8i"):
             bits = 4 if kind == "q4i" else 8
             ir = integer_tiles.DECLARATIONS + "".join(integer_tiles.microkernel(a, b, bits) for a, b in unique.values())
         else:
-            ir = float_tiles.DECLARATIONS + "".join(float_tiles.microkernel(kind, a, b, G) for a, b in unique.values())
-        fns = compile_ir(ir, ("avx2", "fma"), dict.fromkeys(unique, _SIG))
+            W = width(kind)
+            base = kind[:-1] if W == 16 else kind
+            ir = float_tiles.DECLARATIONS + "".join(
+                float_tiles.microkernel(base, a, b, G, W) for a, b in unique.values()
+            )
+            features = WIDE_FEATURES if W == 16 else features
+        fns = compile_ir(ir, features, dict.fromkeys(unique, _SIG))
         # raw addresses: numba calls them through _call (a ctypes object as an argument costs a cast per call)
         _compiled[key] = None if fns is None else tuple(ctypes.cast(fns[n], ctypes.c_void_p).value or 0 for n in names)
     return _compiled[key]
@@ -139,6 +153,24 @@ if HAVE_NUMBA:
                 _panel(t1, e1, N1, lo, hi, pw, sw, ps, pb, sg, px + r * sx, sx, pa + r * sa, sa, po + r * so, so, G, P)
 
 
+WIDE_FEATURES = ("avx512f", "avx512bw")
+
+
+def width(kind: str) -> int:
+    """Floats per vector of a float tile kind: 16 for the AVX-512 kinds (a trailing ``w``), else 8."""
+    return 16 if kind.endswith("w") else 8
+
+
+def widest(kind: str, k: int, G: int = 0) -> str:
+    """The kind a matrix of this format and shape runs as on this CPU: the 16-wide AVX-512 tile where the CPU has
+    it, the switch allows it (``FS_WIDE_TILES=0`` keeps AVX2's) and k (and the group) split into 16-float chunks,
+    else the 8-wide one. Decided once per matrix: its width is part of every element's chain."""
+    wide = kind + "w"
+    if kind not in ("bf16", "q8", "q4") or not SWITCHES.wide_tiles or k % 16 or (G and G % 16):
+        return kind
+    return wide if kernels(wide, G) is not None else kind
+
+
 def applies(kind: str, k: int, G: int = 0) -> bool:
     """This CPU runs the tiles (AVX2 + FMA; ``FS_TILES=0`` turns them off) and the shape tiles: k a multiple of 8
     (bf16, 8-bit), an even number of groups of a multiple of 16 (planar 4-bit), groups of 64 (int8 activations)."""
@@ -166,13 +198,14 @@ class Tiled:
 
     def __init__(self, kind: str, w: Any):
         self.kind, self.w = kind, w  # w keeps the arrays whose addresses are taken below alive
-        if kind == "bf16":
+        W = width(kind)
+        if kind in ("bf16", "bf16w"):
             codes, ps, pb, sg, G, k = w, 0, 0, 0, 0, w.shape[1]
-            outer, inner = 1, k // 8
+            outer, inner = 1, k // W
         else:
             codes, G, k = w.codes, w.group_size, w.shape[1]
             ps, pb, sg = w.scales.ctypes.data, w.biases.ctypes.data, w.scales.strides[0]
-            outer, inner = (k // (2 * G), G // 8) if kind in ("q4", "q4i") else (k // G, G // 8)
+            outer, inner = (k // (2 * G), G // W) if kind in ("q4", "q4w", "q4i") else (k // G, G // W)
         fns = kernels(kind, G)
         assert fns is not None
         self.n, self.k, self.G = codes.shape[0], k, G
@@ -188,7 +221,7 @@ class Tiled:
         side = _NO_SIDE
         if self.kind in ("q4i", "q8i"):  # int8 activations per group, [scales | sums] per row (integer_tiles.py)
             X, side = quantize_rows(X)
-        elif self.kind in ("q8", "q4"):  # each row's group sums, for the bias term (float_tiles.py)
+        elif self.kind in ("q8", "q4", "q8w", "q4w"):  # each row's group sums, for the bias term (float_tiles.py)
             side = np.empty((m, self.k // self.G), np.float32)
             _group_sums(X, self.G, side)
         out = np.empty((m, self.n), np.float32)
