@@ -31,12 +31,17 @@ CMAKE_FLAGS = (
     "-DLLAMA_OPENSSL=OFF",
     "-DLLAMA_BUILD_TESTS=OFF",
     "-DLLAMA_BUILD_EXAMPLES=OFF",
+    # no AMX: on this project's Sapphire Rapids VM (cpuid and the kernel both offer it) llama.cpp's AMX matmul dies
+    # with SIGILL on Q8_0 / Q4_0 weights (2026-12-02, in ggml_backend_amx_mul_mat); fs has no AMX kernel either, so
+    # both sides run AVX-512 there. Elsewhere these flags change nothing.
+    "-DCMAKE_C_FLAGS=-mno-amx-tile -mno-amx-int8 -mno-amx-bf16",
+    "-DCMAKE_CXX_FLAGS=-mno-amx-tile -mno-amx-int8 -mno-amx-bf16",
 )
 
 
 def build(cache: Path) -> Path:
     """The directory holding ``llama-bench``, ``llama-batched-bench`` and ``llama-server``, built on first use."""
-    root = cache / f"llama-cpp-python-{VERSION}"
+    root = cache / f"llama-cpp-python-{VERSION}-noamx"
     bindir = root / "build" / "bin"
     if all((bindir / t).exists() for t in TARGETS):
         return bindir

@@ -36,7 +36,7 @@ def tiled(reference):
 def compiled(kind, group=64):
     """Skip an AVX-512 kind (trailing w) where this CPU has no AVX-512: the AVX2 kinds run there."""
     if tiles.width(kind) == 16 and tiles.kernels(kind, 0 if kind == "bf16w" else group) is None:
-        pytest.skip(f"{kind} needs AVX-512 (avx512f, avx512bw): this CPU runs the 8-wide tiles")
+        pytest.skip(f"{kind} needs AVX-512 (avx512f, avx512bw; q4iw avx512vnni): this CPU runs the 8-wide tiles")
     return kind[:-1] if tiles.width(kind) == 16 else kind
 
 
@@ -52,7 +52,7 @@ def test_tiles_equal_the_float64_reference(tiled, kind, name):
     assert rel_err(got, want) < 1e-5
 
 
-@pytest.mark.parametrize("kind", ["q4i", "q8i"])
+@pytest.mark.parametrize("kind", ["q4i", "q8i", "q4iw"])
 @pytest.mark.parametrize("name", list(SHAPES))
 def test_int8_activation_tiles_equal_their_contract(tiled, kind, name):
     """4- and 8-bit codes × int8 activations (integer_tiles.py): the exact contract to float32 rounding, and within
@@ -61,7 +61,7 @@ def test_int8_activation_tiles_equal_their_contract(tiled, kind, name):
     n, k = SHAPES[name]
     w, dense = weights(kind[:2], n, k)
     x = np.random.default_rng(1).standard_normal((5, k), dtype=np.float32) * np.float32(3)
-    assert tiles.applies(kind, k, 64) and AffineLinear(w).kind == ("q4i" if kind == "q4i" else "q8")
+    assert tiles.applies(compiled(kind), k, 64) and AffineLinear(w).kind == ("q8" if kind == "q8i" else "q4i")
     got = tiles.matmul(kind, w, x)
     assert rel_err(got, int8_activation_contract(w, x)) < 1e-5
     assert rel_err(got, x.astype(np.float64) @ dense.astype(np.float64).T) < 5e-2
@@ -81,7 +81,7 @@ def test_int8_activations_need_groups_of_64_and_the_switch(tiled, monkeypatch):
 @pytest.mark.parametrize(
     "kind, group",
     [("bf16", 0), ("q8", 32), ("q8", 64), ("q8", 128), ("q4", 32), ("q4", 64), ("q4i", 64), ("q8i", 64),
-     ("bf16w", 0), ("q8w", 32), ("q8w", 128), ("q4w", 32), ("q4w", 64)],
+     ("bf16w", 0), ("q8w", 32), ("q8w", 128), ("q4w", 32), ("q4w", 64), ("q4iw", 64)],
 )  # fmt: skip
 def test_a_row_gets_the_same_bits_in_every_panel(tiled, kind, group):
     """13 rows = panels of 4, 4, 4 and a lone row; 6 = 4 + 2; 3 = 2 + 1: a row computed by any of them, and alone,
@@ -117,7 +117,10 @@ def test_each_matrix_takes_the_widest_tile_its_shape_allows(tiled, monkeypatch):
         pytest.skip("this CPU has no AVX-512: only the 8-wide tiles exist (checked above)")
     assert tiles.widest("bf16", 1024) == "bf16w" and tiles.widest("q4", 1024, 64) == "q4w"
     assert tiles.widest("bf16", 1016) == "bf16" and tiles.widest("q8", 1024, 8) == "q8"  # 1016, 8: not × 16
-    assert tiles.widest("q4i", 1024, 64) == "q4i"  # the integer tiles have one width
+    assert tiles.widest("q8i", 1024, 64) == "q8i"  # the 8-bit integer tile has one width
+    if tiles.kernels("q4iw", 64) is not None:  # AVX-512 VNNI: the 4-bit integer tile is 16-wide too
+        assert tiles.widest("q4i", 1024, 64) == "q4iw"
+        assert AffineLinear(quantize_affine(np.ones((8, 1024), np.float32), 4, 64)).tiles.kind == "q4iw"  # type: ignore[union-attr]
     w, dense = weights("bf16", 64, 1024)
     layer = Bf16Linear(w)
     assert layer.tiles is not None and layer.tiles.kind == "bf16w"

@@ -90,15 +90,16 @@ def _entry(NR: int, MR: int, sums_offset: str) -> list[str]:
     return [*L, f"  %ng4 = {sums_offset}", "  br label %loop"]
 
 
-def _combine(n: int, r: int, h: int, ints: str, prev_acc: str, prev_b: str) -> list[str]:
+def _combine(n: int, r: int, h: int, ints: str, prev_acc: str, prev_b: str, W: int = 8) -> list[str]:
     """acc ← fma(float(ints), s·sx, acc); bsum ← fma(b, Σx, bsum) for weight row n, input row r, group slot h."""
     t = f"{n}_{r}_{h}"
+    v = f"<{W} x float>"
     return [
-        f"  %f{t} = sitofp <8 x i32> {ints} to <8 x float>",
+        f"  %f{t} = sitofp <{W} x i32> {ints} to {v}",
         f"  %k{t} = fmul float %s{n}_{h}, %sx{r}_{h}",
-        f"  %k{t}.0 = insertelement <8 x float> poison, float %k{t}, i32 0",
-        f"  %k{t}.v = shufflevector <8 x float> %k{t}.0, <8 x float> poison, <8 x i32> zeroinitializer",
-        f"  %acc{t} = call <8 x float> @llvm.fma.v8f32(<8 x float> %f{t}, <8 x float> %k{t}.v, <8 x float> {prev_acc})",
+        f"  %k{t}.0 = insertelement {v} poison, float %k{t}, i32 0",
+        f"  %k{t}.v = shufflevector {v} %k{t}.0, {v} poison, <{W} x i32> zeroinitializer",
+        f"  %acc{t} = call {v} @llvm.fma.v{W}f32({v} %f{t}, {v} %k{t}.v, {v} {prev_acc})",
         f"  %bs{t} = call float @llvm.fma.f32(float %b{n}_{h}, float %xs{r}_{h}, float {prev_b})",
     ]
 
@@ -150,6 +151,39 @@ def _q4_body(NR: int, MR: int) -> tuple[list[str], int]:
     return L, 1
 
 
+def _q4_vnni_body(NR: int, MR: int) -> tuple[list[str], int]:
+    """The same pair of groups on AVX-512 VNNI: each row's 64 code bytes in one register (low nibbles: the first
+    group, high: the second), each group's 64 activations in one, one ``vpdpbusd`` per group: 16 int32 lanes of
+    exact sums of 4 products (the 16-wide form of the contract: 16 lanes, then tiles.py's 16-lane hsum)."""
+    L = ["  %cb = mul i64 %c, 64", "  %g0 = mul i64 %c, 2", "  %g0b = mul i64 %g0, 4", "  %g1b = add i64 %g0b, 4"]
+    for n in range(NR):
+        L += [f"  %wc{n} = add i64 %wr{n}, %cb", *prefetch(f"%pf{n}", f"%wc{n}")]
+        L += _load(f"%cq{n}", f"%wc{n}", 0, "<64 x i8>")
+        L += [
+            f"  %lo{n}.b = and <64 x i8> %cq{n}, splat (i8 15)",
+            f"  %hi{n}.b = lshr <64 x i8> %cq{n}, splat (i8 4)",
+            f"  %lo{n} = bitcast <64 x i8> %lo{n}.b to <16 x i32>",
+            f"  %hi{n} = bitcast <64 x i8> %hi{n}.b to <16 x i32>",
+        ]
+    for r in range(MR):
+        L += [f"  %xc{r} = mul i64 %c, 128", f"  %xb{r} = add i64 %xr{r}, %xc{r}", f"  %as{r} = add i64 %ar{r}, %ng4"]
+        for h in range(2):
+            L += _load(f"%x{r}_{h}", f"%xb{r}", 64 * h, "<16 x i32>")
+    L += _group_scalars(NR, MR, ("%g0b", "%g1b"))
+    for n in range(NR):
+        for r in range(MR):
+            prev_acc, prev_b = f"%acc{n}_{r}", f"%bs{n}_{r}"
+            for h, plane in enumerate(("lo", "hi")):
+                t = f"{n}_{r}_{h}"
+                L.append(
+                    f"  %i{t} = call <16 x i32> @llvm.x86.avx512.vpdpbusd.512(<16 x i32> zeroinitializer, "
+                    f"<16 x i32> %{plane}{n}, <16 x i32> %x{r}_{h})"
+                )
+                L += _combine(n, r, h, f"%i{t}", prev_acc, prev_b, 16)
+                prev_acc, prev_b = f"%acc{t}", f"%bs{t}"
+    return L, 1
+
+
 def _q8_body(NR: int, MR: int) -> tuple[list[str], int]:
     """One group: 64 code bytes per weight row widened to 16 bits (0..255), 64 activations sign-extended,
     ``vpmaddwd`` (products up to 255 × 127 add exactly in 32 bits)."""
@@ -177,26 +211,27 @@ def _q8_body(NR: int, MR: int) -> tuple[list[str], int]:
     return L, 0
 
 
-def microkernel(NR: int, MR: int, bits: int = 4) -> str:
-    """``@q{bits}i_{NR}x{MR}`` with tiles.py's ABI: pw/sw codes (4-bit: planar), ps/pb/sg scales and biases,
-    px/sx int8 activations, pa/sa per-row [sx_g for every g, then Σx_g for every g] (float32); ``groups`` counts
-    loop iterations: pairs of groups (4-bit) or groups (8-bit)."""
+def microkernel(NR: int, MR: int, bits: int = 4, vnni: bool = False) -> str:
+    """``@q{bits}i_{NR}x{MR}`` (``@q4iw_…`` with ``vnni``) with tiles.py's ABI: pw/sw codes (4-bit: planar),
+    ps/pb/sg scales and biases, px/sx int8 activations, pa/sa per-row [sx_g for every g, then Σx_g for every g]
+    (float32); ``groups`` counts loop iterations: pairs of groups (4-bit) or groups (8-bit)."""
     pairs = [(n, r) for n in range(NR) for r in range(MR)]
-    body, last = _q4_body(NR, MR) if bits == 4 else _q8_body(NR, MR)
+    W = 16 if vnni else 8
+    body, last = _q4_vnni_body(NR, MR) if vnni else _q4_body(NR, MR) if bits == 4 else _q8_body(NR, MR)
     sums = "mul i64 %groups, 8" if bits == 4 else "mul i64 %groups, 4"  # byte offset of the Σx_g in a side row
     L = [*_entry(NR, MR, sums), "loop:", "  %c = phi i64 [0, %entry], [%cn, %loop]"]
     for n, r in pairs:
-        L.append(f"  %acc{n}_{r} = phi <8 x float> [zeroinitializer, %entry], [%acc{n}_{r}_{last}, %loop]")
+        L.append(f"  %acc{n}_{r} = phi <{W} x float> [zeroinitializer, %entry], [%acc{n}_{r}_{last}, %loop]")
         L.append(f"  %bs{n}_{r} = phi float [0.0, %entry], [%bs{n}_{r}_{last}, %loop]")
     L += body
     L += ["  %cn = add i64 %c, 1", "  %cd = icmp sge i64 %cn, %groups", "  br i1 %cd, label %exit, label %loop"]
     L.append("exit:")
     for n, r in pairs:
-        L += store(f"%acc{n}_{r}_{last}", f"%bs{n}_{r}_{last}", n, r)
+        L += store(f"%acc{n}_{r}_{last}", f"%bs{n}_{r}_{last}", n, r, W)
     L.append("  ret void")
     from .tiles import ABI
 
-    return f"define void @q{bits}i_{NR}x{MR}({ABI}) {{\n" + "\n".join(L) + "\n}\n"
+    return f"define void @q{bits}i{'w' if vnni else ''}_{NR}x{MR}({ABI}) {{\n" + "\n".join(L) + "\n}\n"
 
 
 DECLARATIONS = """declare void @llvm.prefetch.p0(ptr, i32, i32, i32)
@@ -204,4 +239,6 @@ declare <16 x i16> @llvm.x86.avx2.pmadd.ub.sw(<32 x i8>, <32 x i8>)
 declare <8 x i32> @llvm.x86.avx2.pmadd.wd(<16 x i16>, <16 x i16>)
 declare float @llvm.fma.f32(float, float, float)
 declare <8 x float> @llvm.fma.v8f32(<8 x float>, <8 x float>, <8 x float>)
+declare <16 x float> @llvm.fma.v16f32(<16 x float>, <16 x float>, <16 x float>)
+declare <16 x i32> @llvm.x86.avx512.vpdpbusd.512(<16 x i32>, <16 x i32>, <16 x i32>)
 """

@@ -50,6 +50,7 @@ TILES = {
     "q4w": ((2, 4), (2, 2), (4, 1)),
     "q4i": ((1, 4), (2, 2), (2, 1)),  # 4-bit codes with int8 activations (integer_tiles.py)
     "q8i": ((1, 4), (2, 2), (2, 1)),  # 8-bit codes with int8 activations (integer_tiles.py)
+    "q4iw": ((3, 4), (4, 2), (8, 1)),  # q4i on AVX-512 VNNI (vpdpbusd, 16 lanes)
 }
 BLOCK = 16  # weight rows per parallel work item (a thread's share is whole blocks)
 if any(tuple(MR for _, MR in panels) != (4, 2, 1) for panels in TILES.values()):  # _drive's panel loop assumes it
@@ -75,10 +76,13 @@ def kernels(kind: str, G: int = 0) -> tuple[int, ...] | None:
         shapes = [s for NR, MR in TILES[kind] for s in ((NR, MR), (1, MR))]
         names = [f"{kind}_{a}x{b}" for a, b in shapes]
         unique = dict(zip(names, shapes, strict=True))  # an NR of 1 makes a tile its own edge
-        features = ("avx2", "fma")
-        if kind in ("q4i", "q8i"):
-            bits = 4 if kind == "q4i" else 8
-            ir = integer_tiles.DECLARATIONS + "".join(integer_tiles.microkernel(a, b, bits) for a, b in unique.values())
+        features: tuple[str, ...] = ("avx2", "fma")
+        if kind in ("q4i", "q8i", "q4iw"):
+            bits, vnni = (8 if kind == "q8i" else 4), kind == "q4iw"
+            ir = integer_tiles.DECLARATIONS + "".join(
+                integer_tiles.microkernel(a, b, bits, vnni) for a, b in unique.values()
+            )
+            features = VNNI_FEATURES if vnni else features
         else:
             W = width(kind)
             base = kind[:-1] if W == 16 else kind
@@ -154,10 +158,11 @@ if HAVE_NUMBA:
 
 
 WIDE_FEATURES = ("avx512f", "avx512bw")
+VNNI_FEATURES = ("avx512f", "avx512bw", "avx512vnni")
 
 
 def width(kind: str) -> int:
-    """Floats per vector of a float tile kind: 16 for the AVX-512 kinds (a trailing ``w``), else 8."""
+    """Lanes per vector of a tile kind: 16 for the AVX-512 kinds (a trailing ``w``), else 8."""
     return 16 if kind.endswith("w") else 8
 
 
@@ -166,7 +171,7 @@ def widest(kind: str, k: int, G: int = 0) -> str:
     it, the switch allows it (``FS_WIDE_TILES=0`` keeps AVX2's) and k (and the group) split into 16-float chunks,
     else the 8-wide one. Decided once per matrix: its width is part of every element's chain."""
     wide = kind + "w"
-    if kind not in ("bf16", "q8", "q4") or not SWITCHES.wide_tiles or k % 16 or (G and G % 16):
+    if kind not in ("bf16", "q8", "q4", "q4i") or not SWITCHES.wide_tiles or k % 16 or (G and G % 16):
         return kind
     return wide if kernels(wide, G) is not None else kind
 
@@ -205,7 +210,7 @@ class Tiled:
         else:
             codes, G, k = w.codes, w.group_size, w.shape[1]
             ps, pb, sg = w.scales.ctypes.data, w.biases.ctypes.data, w.scales.strides[0]
-            outer, inner = (k // (2 * G), G // W) if kind in ("q4", "q4w", "q4i") else (k // G, G // W)
+            outer, inner = (k // (2 * G), G // W) if kind in ("q4", "q4w", "q4i", "q4iw") else (k // G, G // W)
         fns = kernels(kind, G)
         assert fns is not None
         self.n, self.k, self.G = codes.shape[0], k, G
@@ -219,7 +224,11 @@ class Tiled:
             X = np.ascontiguousarray(X, dtype=np.float32)
         m = X.shape[0]
         side = _NO_SIDE
-        if self.kind in ("q4i", "q8i"):  # int8 activations per group, [scales | sums] per row (integer_tiles.py)
+        if self.kind in (
+            "q4i",
+            "q8i",
+            "q4iw",
+        ):  # int8 activations per group, [scales | sums] per row (integer_tiles.py)
             X, side = quantize_rows(X)
         elif self.kind in ("q8", "q4", "q8w", "q4w"):  # each row's group sums, for the bias term (float_tiles.py)
             side = np.empty((m, self.k // self.G), np.float32)
