@@ -29,6 +29,10 @@ model = load_model(path, dtype=dtype, quantize=None if quantize == "-" else quan
 ids = [(7 * i + 3) % 150000 for i in range(S)]
 for n in (8, 16):  # warm both kernel paths (numba compiles or loads its cache on the first call)
     model(np.array([ids[:n]]), 0, model.make_cache(), logits_to_keep=1)
+warm = model.make_cache()  # settle every decode shape's thread contest (threads.py), as llama-bench warms up
+model(np.array([ids]), 0, warm, logits_to_keep=1)
+for i in range(20):
+    model(np.array([[ids[i]]]), S + i, warm, logits_to_keep=1)
 caches = model.make_cache()
 t0 = time.perf_counter(); model(np.array([ids]), 0, caches, logits_to_keep=1); prefill = time.perf_counter() - t0
 with time_matmuls() as inside:
@@ -67,6 +71,10 @@ path, dtype, quantize, S, N, B = sys.argv[1], sys.argv[2], sys.argv[3], *map(int
 model = load_model(path, dtype=dtype, quantize=None if quantize == "-" else quantize)
 rows = np.array([[(7 * i + 3 + 11 * b) % 150000 for i in range(S)] for b in range(B)])
 model(rows[:, :8], 0, model.make_cache(), logits_to_keep=1)  # warm the kernels
+warm = model.make_cache()  # and settle the decode shapes' thread contests (threads.py)
+model(rows, 0, warm, logits_to_keep=1)
+for i in range(20):
+    model(rows[:, i : i + 1], S + i, warm, logits_to_keep=1)
 caches = model.make_cache()
 model(rows, 0, caches, logits_to_keep=1)
 t0 = time.perf_counter()

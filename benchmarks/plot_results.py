@@ -71,7 +71,9 @@ def cpu_speed(r: dict, path: Path) -> None:
                     ys.append(engines[name][key])
                 else:  # that engine has no such format, or it was not measured: say so, do not leave a gap
                     ax.text(x, 0, "n/a", ha="center", va="bottom", fontsize=7, color=color, rotation=90)
-            ax.bar(xs, ys, width=0.27, color=color, label=label)
+            # an engine with no bars still gets its own colour in the legend (an empty bar set has none)
+            ax.bar(xs, ys, width=0.27, color=color)
+            ax.plot([], [], "s", color=color, label=label if xs else f"{label} (not measured)")
             for x, y in zip(xs, ys, strict=True):
                 ax.text(x, y, f"{y:.0f}" if y >= 10 else f"{y:.1f}", ha="center", va="bottom", fontsize=7)
         ax.set_xticks(range(len(formats)), [f[0] for f in formats])
