@@ -115,12 +115,22 @@ def _group_scalars(NR: int, MR: int, offsets: tuple[str, ...]) -> list[str]:
     return L
 
 
-def _q4_body(NR: int, MR: int) -> tuple[list[str], int]:
-    """One pair of groups: 64 planar code bytes per weight row (two 32-byte chunks, each a low and a high nibble
-    plane), 128 activation bytes per input row; ``vpmaddubsw`` then ``vpmaddwd`` by ones."""
+def _pair_addresses(NR: int, MR: int) -> list[str]:
+    """Where loop step %c's pair of groups lies: each weight row's 64 planar code bytes (%wc, prefetched ahead),
+    each input row's 128 activation bytes (%xb) and side data (%as), and the two groups' float offsets (%g0b, %g1b)."""
     L = ["  %cb = mul i64 %c, 64", "  %g0 = mul i64 %c, 2", "  %g0b = mul i64 %g0, 4", "  %g1b = add i64 %g0b, 4"]
     for n in range(NR):
         L += [f"  %wc{n} = add i64 %wr{n}, %cb", *prefetch(f"%pf{n}", f"%wc{n}")]
+    for r in range(MR):
+        L += [f"  %xc{r} = mul i64 %c, 128", f"  %xb{r} = add i64 %xr{r}, %xc{r}", f"  %as{r} = add i64 %ar{r}, %ng4"]
+    return L
+
+
+def _q4_body(NR: int, MR: int) -> tuple[list[str], int]:
+    """One pair of groups: 64 planar code bytes per weight row (two 32-byte chunks, each a low and a high nibble
+    plane), 128 activation bytes per input row; ``vpmaddubsw`` then ``vpmaddwd`` by ones."""
+    L = _pair_addresses(NR, MR)
+    for n in range(NR):
         for j in range(2):
             L += _load(f"%cq{n}_{j}", f"%wc{n}", 32 * j, "<32 x i8>")
             L += [
@@ -128,7 +138,6 @@ def _q4_body(NR: int, MR: int) -> tuple[list[str], int]:
                 f"  %hi{n}_{j} = lshr <32 x i8> %cq{n}_{j}, splat (i8 4)",
             ]
     for r in range(MR):
-        L += [f"  %xc{r} = mul i64 %c, 128", f"  %xb{r} = add i64 %xr{r}, %xc{r}", f"  %as{r} = add i64 %ar{r}, %ng4"]
         for j in range(4):
             L += _load(f"%x{r}_{j}", f"%xb{r}", 32 * j, "<32 x i8>")
     L += _group_scalars(NR, MR, ("%g0b", "%g1b"))
@@ -155,9 +164,8 @@ def _q4_vnni_body(NR: int, MR: int) -> tuple[list[str], int]:
     """The same pair of groups on AVX-512 VNNI: each row's 64 code bytes in one register (low nibbles: the first
     group, high: the second), each group's 64 activations in one, one ``vpdpbusd`` per group: 16 int32 lanes of
     exact sums of 4 products (the 16-wide form of the contract: 16 lanes, then tiles.py's 16-lane hsum)."""
-    L = ["  %cb = mul i64 %c, 64", "  %g0 = mul i64 %c, 2", "  %g0b = mul i64 %g0, 4", "  %g1b = add i64 %g0b, 4"]
+    L = _pair_addresses(NR, MR)
     for n in range(NR):
-        L += [f"  %wc{n} = add i64 %wr{n}, %cb", *prefetch(f"%pf{n}", f"%wc{n}")]
         L += _load(f"%cq{n}", f"%wc{n}", 0, "<64 x i8>")
         L += [
             f"  %lo{n}.b = and <64 x i8> %cq{n}, splat (i8 15)",
@@ -166,7 +174,6 @@ def _q4_vnni_body(NR: int, MR: int) -> tuple[list[str], int]:
             f"  %hi{n} = bitcast <64 x i8> %hi{n}.b to <16 x i32>",
         ]
     for r in range(MR):
-        L += [f"  %xc{r} = mul i64 %c, 128", f"  %xb{r} = add i64 %xr{r}, %xc{r}", f"  %as{r} = add i64 %ar{r}, %ng4"]
         for h in range(2):
             L += _load(f"%x{r}_{h}", f"%xb{r}", 64 * h, "<16 x i32>")
     L += _group_scalars(NR, MR, ("%g0b", "%g1b"))
