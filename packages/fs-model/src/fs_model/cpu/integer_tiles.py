@@ -22,6 +22,8 @@ that row alone: batch invariant like every tile (tiles.py). No 16-bit overflow f
 products of at most 15 × 127.
 """
 
+from collections.abc import Callable
+
 import numpy as np
 
 from . import HAVE_NUMBA
@@ -126,6 +128,20 @@ def _pair_addresses(NR: int, MR: int) -> list[str]:
     return L
 
 
+def _pair_of_groups(NR: int, MR: int, products: Callable[[int, int, int, str, str], list[str]], W: int) -> list[str]:
+    """The group scalars, then per weight row n and input row r the low-plane group's then the high-plane group's
+    integer products (``products`` defines %i{n}_{r}_{h}: W int32 lanes) folded into the accumulators."""
+    L = _group_scalars(NR, MR, ("%g0b", "%g1b"))
+    for n in range(NR):
+        for r in range(MR):
+            prev_acc, prev_b = f"%acc{n}_{r}", f"%bs{n}_{r}"
+            for h, plane in enumerate(("lo", "hi")):
+                t = f"{n}_{r}_{h}"
+                L += [*products(n, r, h, plane, t), *_combine(n, r, h, f"%i{t}", prev_acc, prev_b, W)]
+                prev_acc, prev_b = f"%acc{t}", f"%bs{t}"
+    return L
+
+
 def _q4_body(NR: int, MR: int) -> tuple[list[str], int]:
     """One pair of groups: 64 planar code bytes per weight row (two 32-byte chunks, each a low and a high nibble
     plane), 128 activation bytes per input row; ``vpmaddubsw`` then ``vpmaddwd`` by ones."""
@@ -140,24 +156,20 @@ def _q4_body(NR: int, MR: int) -> tuple[list[str], int]:
     for r in range(MR):
         for j in range(4):
             L += _load(f"%x{r}_{j}", f"%xb{r}", 32 * j, "<32 x i8>")
-    L += _group_scalars(NR, MR, ("%g0b", "%g1b"))
-    for n in range(NR):
-        for r in range(MR):
-            prev_acc, prev_b = f"%acc{n}_{r}", f"%bs{n}_{r}"
-            for h, plane in enumerate(("lo", "hi")):
-                t = f"{n}_{r}_{h}"
-                for j in range(2):
-                    L.append(
-                        f"  %p{t}{j} = call <16 x i16> @llvm.x86.avx2.pmadd.ub.sw(<32 x i8> %{plane}{n}_{j}, "
-                        f"<32 x i8> %x{r}_{2 * h + j})"
-                    )
-                L += [
-                    f"  %p{t} = add <16 x i16> %p{t}0, %p{t}1",
-                    f"  %i{t} = call <8 x i32> @llvm.x86.avx2.pmadd.wd(<16 x i16> %p{t}, <16 x i16> splat (i16 1))",
-                    *_combine(n, r, h, f"%i{t}", prev_acc, prev_b),
-                ]
-                prev_acc, prev_b = f"%acc{t}", f"%bs{t}"
-    return L, 1
+
+    def products(n: int, r: int, h: int, plane: str, t: str) -> list[str]:
+        P = [
+            f"  %p{t}{j} = call <16 x i16> @llvm.x86.avx2.pmadd.ub.sw(<32 x i8> %{plane}{n}_{j}, "
+            f"<32 x i8> %x{r}_{2 * h + j})"
+            for j in range(2)
+        ]
+        return [
+            *P,
+            f"  %p{t} = add <16 x i16> %p{t}0, %p{t}1",
+            f"  %i{t} = call <8 x i32> @llvm.x86.avx2.pmadd.wd(<16 x i16> %p{t}, <16 x i16> splat (i16 1))",
+        ]
+
+    return L + _pair_of_groups(NR, MR, products, 8), 1
 
 
 def _q4_vnni_body(NR: int, MR: int) -> tuple[list[str], int]:
@@ -176,18 +188,14 @@ def _q4_vnni_body(NR: int, MR: int) -> tuple[list[str], int]:
     for r in range(MR):
         for h in range(2):
             L += _load(f"%x{r}_{h}", f"%xb{r}", 64 * h, "<16 x i32>")
-    L += _group_scalars(NR, MR, ("%g0b", "%g1b"))
-    for n in range(NR):
-        for r in range(MR):
-            prev_acc, prev_b = f"%acc{n}_{r}", f"%bs{n}_{r}"
-            for h, plane in enumerate(("lo", "hi")):
-                t = f"{n}_{r}_{h}"
-                L.append(
-                    f"  %i{t} = call <16 x i32> @llvm.x86.avx512.vpdpbusd.512(<16 x i32> zeroinitializer, "
-                    f"<16 x i32> %{plane}{n}, <16 x i32> %x{r}_{h})"
-                )
-                L += _combine(n, r, h, f"%i{t}", prev_acc, prev_b, 16)
-                prev_acc, prev_b = f"%acc{t}", f"%bs{t}"
+
+    def products(n: int, r: int, h: int, plane: str, t: str) -> list[str]:
+        return [
+            f"  %i{t} = call <16 x i32> @llvm.x86.avx512.vpdpbusd.512(<16 x i32> zeroinitializer, "
+            f"<16 x i32> %{plane}{n}, <16 x i32> %x{r}_{h})"
+        ]
+
+    L += _pair_of_groups(NR, MR, products, 16)
     return L, 1
 
 
