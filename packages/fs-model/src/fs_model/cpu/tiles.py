@@ -15,7 +15,8 @@ Invariance is kept by construction, in LLVM IR where the arithmetic is explicit 
     hsum adds lanes (0..3)+(4..7), then (0,1)+(2,3), then the two; every chain starts at 0.
 
 On a CPU with AVX-512 the float kinds run 16-wide (``bf16w``, ``q8w``, ``q4w``: chunks of 16, an hsum that first
-adds lanes (0..7)+(8..15)); ``widest`` picks the width once per matrix. Every tile prefetches its weights
+adds lanes (0..7)+(8..15)), and with VNNI the 4-bit integer kind too (``q4iw``); ``widest`` picks the width once
+per matrix. Every tile prefetches its weights
 ``float_tiles.PREFETCH`` bytes ahead (a hint: no result changes).
 
 Every tile shape (NR×MR, NR×1, 1×MR, 1×1) computes each element by exactly that chain, so the number of rows in a
@@ -52,6 +53,7 @@ TILES = {
     "q8i": ((1, 4), (2, 2), (2, 1)),  # 8-bit codes with int8 activations (integer_tiles.py)
     "q4iw": ((3, 4), (4, 2), (8, 1)),  # q4i on AVX-512 VNNI (vpdpbusd, 16 lanes)
 }
+INTEGER = ("q4i", "q8i", "q4iw")  # the kinds with int8 activations (integer_tiles.py)
 BLOCK = 16  # weight rows per parallel work item (a thread's share is whole blocks)
 if any(tuple(MR for _, MR in panels) != (4, 2, 1) for panels in TILES.values()):  # _drive's panel loop assumes it
     raise AssertionError("every TILES entry lists its panels for 4, 2 and 1 input rows, in that order")
@@ -77,7 +79,7 @@ def kernels(kind: str, G: int = 0) -> tuple[int, ...] | None:
         names = [f"{kind}_{a}x{b}" for a, b in shapes]
         unique = dict(zip(names, shapes, strict=True))  # an NR of 1 makes a tile its own edge
         features: tuple[str, ...] = ("avx2", "fma")
-        if kind in ("q4i", "q8i", "q4iw"):
+        if kind in INTEGER:
             bits, vnni = (8 if kind == "q8i" else 4), kind == "q4iw"
             ir = integer_tiles.DECLARATIONS + "".join(
                 integer_tiles.microkernel(a, b, bits, vnni) for a, b in unique.values()
@@ -224,11 +226,7 @@ class Tiled:
             X = np.ascontiguousarray(X, dtype=np.float32)
         m = X.shape[0]
         side = _NO_SIDE
-        if self.kind in (
-            "q4i",
-            "q8i",
-            "q4iw",
-        ):  # int8 activations per group, [scales | sums] per row (integer_tiles.py)
+        if self.kind in INTEGER:  # int8 activations per group, [scales | sums] per row (integer_tiles.py)
             X, side = quantize_rows(X)
         elif self.kind in ("q8", "q4", "q8w", "q4w"):  # each row's group sums, for the bias term (float_tiles.py)
             side = np.empty((m, self.k // self.G), np.float32)
