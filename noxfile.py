@@ -66,16 +66,19 @@ def tests(session: nox.Session, package: str) -> None:
 @nox.session
 def kernels(session: nox.Session) -> None:
     """The numba / LLVM IR CPU kernels themselves (fs-model with its [fast] extra: numba's absence fails), and the
-    equality contracts generation builds on them (fs-generate: batch == solo, radix hit == cold, bit for bit)."""
+    equality contracts generation builds on them (fs-generate: batch == solo, radix hit == cold, bit for bit); on
+    an AVX-512 host all of it twice, the second time compiled for AVX2 (FS_ISA=avx2)."""
     sync(session, "--package", "fs-generate", "--extra", "fast", "--group", "test")
-    pytest(
-        session,
-        "packages/fs-model/tests",
-        "packages/fs-generate/tests",
-        "-m",
-        "kernels and not slow",
-        FS_REQUIRE_REFERENCE="1",
-    )
+    args = ("packages/fs-model/tests", "packages/fs-generate/tests", "-m", "kernels and not slow")
+    pytest(session, *args, FS_REQUIRE_REFERENCE="1")
+    if beyond_avx2():  # one AVX-512 host proves the AVX2 hosts' code paths too (fs_model.cpu: FS_ISA)
+        pytest(session, *args, FS_REQUIRE_REFERENCE="1", FS_ISA="avx2")
+
+
+def beyond_avx2() -> bool:
+    """The host's CPU has AVX-512 (Linux: /proc/cpuinfo), so FS_ISA=avx2 compiles different kernels."""
+    cpuinfo = Path("/proc/cpuinfo")
+    return cpuinfo.exists() and " avx512f" in cpuinfo.read_text()
 
 
 @nox.session

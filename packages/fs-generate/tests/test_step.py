@@ -29,14 +29,17 @@ def test_generate_decodes_through_the_same_step():
 
 
 class MlxToy:
-    """A Week-4 model on MLX arrays without ``tokens_array``: it must be handed mx.array tokens once its caches or
-    logits show that MLX is its array type."""
+    """A Week-4 model on MLX arrays without ``tokens_array``; ``hold`` keeps the MLX module as an attribute (the rule
+    then knows MLX before the first call), else MLX is imported inside the call and only the cache tells."""
 
-    def __init__(self, mx):
-        self.mx, self.seen = mx, []
+    def __init__(self, mx, hold):
+        if hold:
+            self.mx = mx
+        self.seen = []
 
     def __call__(self, tokens, offset, caches, logits_to_keep=None):
-        mx = self.mx
+        import mlx.core as mx
+
         self.seen.append(type(tokens).__module__.split(".")[0])
         t = mx.array(np.asarray(tokens)) if not isinstance(tokens, mx.array) else tokens
         kv = mx.zeros((1, 1, t.shape[1], 2))
@@ -46,10 +49,25 @@ class MlxToy:
 
 
 @pytest.mark.parity
-def test_an_mlx_toy_model_gets_mlx_tokens(reference):
-    mx = reference("mlx.core")
-    model = MlxToy(mx)
+@pytest.mark.parametrize("hold", [True, False])
+def test_an_mlx_toy_model_gets_mlx_tokens(reference, hold):
+    model = MlxToy(reference("mlx.core"), hold)
     steps = generate_step(model, [1, 2, 3], [DenseKVCache()])
     got = [next(steps)[0] for _ in range(3)]
     assert got == [3, 4, 5]
-    assert model.seen == ["numpy", "mlx", "mlx"]  # the prefill knew nothing yet; then the cache holds mx arrays
+    # holding MLX: MLX from the first call; otherwise the prefill knew nothing yet, then the cache holds mx arrays
+    assert model.seen == (["mlx"] * 3 if hold else ["numpy", "mlx", "mlx"])
+
+
+@pytest.mark.parity
+def test_a_course_model_gets_mlx_tokens_on_its_first_call(reference):
+    """The tiny-llm course's own test models do MLX arithmetic on the tokens of the first call, whose caches are
+    still empty: their module imports MLX, and that is what the rule reads."""
+    reference("mlx.core")
+    from fs_generate.step import is_mlx_model
+    from mlx_course_model import CourseModel
+
+    model = CourseModel()
+    assert is_mlx_model(model) and not is_mlx_model(ToyModel(spell("a", 1)))
+    steps = generate_step(model, [1, 2, 3], [DenseKVCache()])
+    assert [next(steps)[0] for _ in range(4)] == [3, 4, 5, 6]

@@ -6,10 +6,14 @@ caller that stops after a token pays no extra forward pass. ``fs_generate.genera
 fs-agent's decoding all go through ``prefill`` / ``generate_step``; stop rules are the caller's.
 
 The model is anything with the tiny-llm Week-4 call ``model(tokens [B, S], offset, caches, logits_to_keep=1)``.
-A model without ``tokens_array`` is handed tokens of the array type its caches or logits use (an MLX toy model
-gets ``mx.array``), numpy int64 until one is seen.
+Its tokens are ``model.tokens_array(rows)`` where it has one. A model without it (the course's own) gets
+``mx.array`` int32 tokens when it is an MLX model - an ``mlx.nn.Module``, a model holding an MLX array or the MLX
+module among its attributes, or one whose class is defined in a module that imports MLX - and otherwise tokens of
+the array type its caches or logits turn out to use (numpy int64 until one is seen).
 """
 
+import sys
+import types
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -30,13 +34,29 @@ def greedy(logits: np.ndarray) -> int:
     return int(np.argmax(logits))
 
 
+def _is_mlx_module(x: Any) -> bool:
+    return isinstance(x, types.ModuleType) and x.__name__.split(".")[0] == "mlx"
+
+
+def is_mlx_model(model: Any) -> bool:
+    """The rule for a model without ``tokens_array`` (module docstring): is MLX its array type? Decided from what
+    the model is, before its first call, since a course model may ``tokens.astype(mx.float32)`` on an empty cache."""
+    for cls in type(model).__mro__:
+        if cls.__module__.split(".")[0] == "mlx":  # mlx.nn.Module and its subclasses
+            return True
+        module = sys.modules.get(cls.__module__)
+        if module is not None and any(_is_mlx_module(v) for v in vars(module).values()):
+            return True
+    return any(is_mlx(v) or _is_mlx_module(v) for v in getattr(model, "__dict__", {}).values())
+
+
 def tokens_for(model: CausalLM, rows: list[list[int]], like: Any = None) -> Any:
-    """``rows`` as the [B, S] token array ``model`` takes: its own ``tokens_array``, else the array type of
-    ``like`` (a cache's keys or the last logits), else numpy int64."""
+    """``rows`` as the [B, S] token array ``model`` takes: its own ``tokens_array``, else MLX's for an MLX model
+    (``is_mlx_model``), else the array type of ``like`` (a cache's keys or the last logits), else numpy int64."""
     make = getattr(model, "tokens_array", None)
     if make is not None:
         return make(rows)
-    if like is not None and is_mlx(like):
+    if (like is not None and is_mlx(like)) or is_mlx_model(model):
         import mlx.core as mx
 
         return mx.array(rows, dtype=mx.int32)

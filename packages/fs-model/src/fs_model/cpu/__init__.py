@@ -14,6 +14,12 @@ fs-model wherever it has wheels; ``fs-model[fast]`` elsewhere) and which instruc
 | ``FS_TILES=0`` | on where the CPU has AVX2 + FMA | kept weights take the row kernels instead of the register tiles |
 | ``FS_WIDE_TILES=0`` | on where the CPU has AVX-512 | float tiles stay 8-wide (AVX2) instead of 16-wide |
 | ``FS_BATCH_INVARIANT=0`` | on | kept-weight models may take M-dependent kernels (BLAS / GEMM prefill, int8 decode) |
+| ``FS_ISA=avx2`` | ``native`` | every kernel is compiled for the AVX2 set (no AVX-512/AMX), as on an AVX2-only host |
+
+``FS_ISA`` is the one switch read at import and never after: numba fixes its target machine at the first compile,
+so the restricted feature set must be in its environment (``NUMBA_CPU_NAME`` / ``NUMBA_CPU_FEATURES``) before that.
+It lets one AVX-512 host prove the AVX2 code paths too (the ``kernels`` session runs the equality contracts under
+it); compiled caches are keyed by the target, so the two sets of kernels never mix.
 
 One module per kernel family: ``tiles`` (register-tiled kernels for every kept format, LLVM IR), ``bf16`` (bf16
 weights as uint16 bits: the layer and its row kernel), ``affine`` (MLX-style 4/8-bit codes: the same),
@@ -22,8 +28,56 @@ weights as uint16 bits: the layer and its row kernel), ``affine`` (MLX-style 4/8
 """
 
 import os
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
+
+try:
+    import llvmlite  # noqa: F401  (numba's own dependency: present whenever numba is)
+
+    HAVE_LLVMLITE = True
+except ImportError:  # pragma: no cover - depends on the environment
+    HAVE_LLVMLITE = False
+
+ISAS = ("native", "avx2")
+# what FS_ISA=avx2 takes away: every AVX-512 / AVX10 / AMX feature and the VEX-encoded extensions that only
+# AVX-512-era CPUs have (an AVX2-only EPYC reports none of them)
+_BEYOND_AVX2 = ("avx512", "avx10", "evex512", "amx", "avxvnni", "avxifma", "avxneconvert")
+
+
+def _isa(env: Mapping[str, str]) -> str:
+    isa = env.get("FS_ISA", "") or "native"
+    if isa not in ISAS:
+        warnings.warn(f"FS_ISA={isa!r} is not one of {', '.join(ISAS)}: using native", RuntimeWarning, stacklevel=2)
+        return "native"
+    return isa
+
+
+def _target(isa: str) -> tuple[str, dict[str, bool]]:
+    """(LLVM CPU name, {feature: on}) every kernel is compiled for: the host's, or the AVX2 level of it."""
+    if not HAVE_LLVMLITE:
+        return "", {}
+    try:
+        import llvmlite.binding as llvm
+
+        llvm.initialize_native_target()
+        llvm.initialize_native_asmprinter()
+        name, features = llvm.get_host_cpu_name(), dict(llvm.get_host_cpu_features())
+    except Exception:  # pragma: no cover - an llvmlite without these APIs: the numba kernels still work
+        return "", {}
+    if isa == "avx2" and not features.get("avx2"):
+        warnings.warn(f"FS_ISA=avx2: this CPU ({name}) has no AVX2; using native", RuntimeWarning, stacklevel=2)
+    elif isa == "avx2":  # x86-64-v3 is LLVM's name for the AVX2 + FMA + BMI level, tuned for no particular vendor
+        name = "x86-64-v3"
+        features = {f: on and not f.startswith(_BEYOND_AVX2) for f, on in features.items()}
+    return name, features
+
+
+ISA = _isa(os.environ)
+CPU_NAME, _ON = _target(ISA)
+CPU_FEATURES = ",".join(("+" if on else "-") + f for f, on in sorted(_ON.items()))  # LLVM's feature string
+if ISA != "native" and CPU_NAME:  # before numba is imported: its compiler reads these at the first compile
+    os.environ["NUMBA_CPU_NAME"], os.environ["NUMBA_CPU_FEATURES"] = CPU_NAME, CPU_FEATURES
 
 try:
     import numba
@@ -32,21 +86,8 @@ try:
 except ImportError:  # pragma: no cover - depends on the environment
     HAVE_NUMBA = False
 
-
-def _host_features() -> frozenset[str]:
-    if not HAVE_NUMBA:
-        return frozenset()
-    try:
-        import llvmlite.binding as llvm
-
-        llvm.initialize_native_target()
-        llvm.initialize_native_asmprinter()
-        return frozenset(name for name, on in llvm.get_host_cpu_features().items() if on)
-    except Exception:  # pragma: no cover - an llvmlite without these APIs: the numba kernels still work
-        return frozenset()
-
-
-FEATURES = _host_features()  # e.g. {"avx512f", "avx512bf16", "avx512vnni", ...}
+# what the kernels may use, e.g. {"avx2", "fma", "avx512f", "avx512bf16", "avx512vnni", ...}
+FEATURES = frozenset(f for f, on in _ON.items() if on) if HAVE_NUMBA else frozenset()
 
 
 @dataclass
@@ -59,6 +100,7 @@ class Switches:
     tiles: bool = True
     wide_tiles: bool = True
     num_threads: int | None = None
+    isa: str = "native"  # read-only after import (see FS_ISA above)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> "Switches":
@@ -72,6 +114,7 @@ class Switches:
             tiles=env.get("FS_TILES", "") != "0",
             wide_tiles=env.get("FS_WIDE_TILES", "") != "0",
             num_threads=int(threads) if threads.isdigit() and int(threads) > 0 else None,
+            isa=ISA,
         )
 
 
@@ -94,4 +137,4 @@ def set_threads(n: int | None) -> None:
 if HAVE_NUMBA and SWITCHES.num_threads is not None:
     numba.set_num_threads(min(SWITCHES.num_threads, numba.config.NUMBA_NUM_THREADS))  # type: ignore[attr-defined]
 
-__all__ = ["FEATURES", "HAVE_NUMBA", "SWITCHES", "Switches", "set_threads"]
+__all__ = ["CPU_FEATURES", "CPU_NAME", "FEATURES", "HAVE_NUMBA", "ISA", "SWITCHES", "Switches", "set_threads"]

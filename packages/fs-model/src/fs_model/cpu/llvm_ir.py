@@ -1,4 +1,5 @@
-"""Compile a few functions of hand-written LLVM IR for this CPU (llvmlite, which numba already depends on).
+"""Compile a few functions of hand-written LLVM IR for the target numba compiles for (llvmlite, which numba
+already depends on; ``FS_ISA`` narrows it).
 
 For instructions numba does not emit from Python loops (AVX-512 VNNI and BF16 dot products). Returns ctypes
 functions that numba can call from compiled loops; None where the CPU lacks a required feature, numba is absent,
@@ -8,7 +9,7 @@ or llvmlite cannot compile — callers then keep their numba/numpy paths.
 import ctypes
 from typing import Any
 
-from . import FEATURES, HAVE_NUMBA
+from . import CPU_FEATURES, CPU_NAME, FEATURES, HAVE_NUMBA
 
 _engines: list[Any] = []  # compiled code lives as long as its engine
 
@@ -20,11 +21,10 @@ def compile_ir(ir: str, features: tuple[str, ...], signatures: dict[str, Any]) -
     try:
         import llvmlite.binding as llvm
 
-        host = llvm.get_host_cpu_features()
         module = llvm.parse_assembly(ir)
         module.verify()
         target = llvm.Target.from_default_triple()
-        machine = target.create_target_machine(cpu=llvm.get_host_cpu_name(), features=host.flatten(), opt=3)
+        machine = target.create_target_machine(cpu=CPU_NAME, features=CPU_FEATURES, opt=3)
         engine = llvm.create_mcjit_compiler(module, machine)
         engine.finalize_object()
     except Exception:  # pragma: no cover - an llvmlite without these APIs: the other kernels still work
