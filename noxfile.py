@@ -51,6 +51,12 @@ def pytest(session: nox.Session, *args: str, **env: str) -> None:
     session.run("python", "-m", "pytest", *args, *session.posargs, env=ENV | env)
 
 
+# pytest-xdist workers for the sessions whose tests take long enough to pay for a second process (measured: the
+# fs-generate suite 90 s -> 64 s on 2 cores; the small packages' suites are faster on one)
+WORKERS = ["-n", "2"]
+BIG = {"fs-model", "fs-generate", "fs-agent", "fs-serve"}
+
+
 def test_dirs() -> list[str]:
     return [f"packages/{p}/tests" for p in PACKAGES if (ROOT / "packages" / p / "tests").is_dir()]
 
@@ -60,7 +66,7 @@ def test_dirs() -> list[str]:
 def tests(session: nox.Session, package: str) -> None:
     """One package's tests in an environment holding only it, its dependencies and the test tools."""
     sync(session, "--package", package, "--group", "test")
-    pytest(session, f"packages/{package}/tests", "-m", QUICK)
+    pytest(session, f"packages/{package}/tests", "-m", QUICK, *(WORKERS if package in BIG else []))
 
 
 @nox.session
@@ -69,7 +75,7 @@ def kernels(session: nox.Session) -> None:
     equality contracts generation builds on them (fs-generate: batch == solo, radix hit == cold, bit for bit); on
     an AVX-512 host all of it twice, the second time compiled for AVX2 (FS_ISA=avx2)."""
     sync(session, "--package", "fs-generate", "--extra", "fast", "--group", "test")
-    args = ("packages/fs-model/tests", "packages/fs-generate/tests", "-m", "kernels and not slow")
+    args = ("packages/fs-model/tests", "packages/fs-generate/tests", "-m", "kernels and not slow", *WORKERS)
     pytest(session, *args, FS_REQUIRE_REFERENCE="1")
     if beyond_avx2():  # one AVX-512 host proves the AVX2 hosts' code paths too (fs_model.cpu: FS_ISA)
         pytest(session, *args, FS_REQUIRE_REFERENCE="1", FS_ISA="avx2")
@@ -90,6 +96,7 @@ def parity(session: nox.Session) -> None:
         *test_dirs(),
         "-m",
         "parity and not slow and not metal",
+        *WORKERS,
         FS_REQUIRE_REFERENCE="1",
     )
 
@@ -143,6 +150,7 @@ BENCHES = {
     "agent_branches": ["benchmarks/agent_branches.py"],
     "structured_overhead": ["benchmarks/structured_overhead.py", "--out", "docs/data/structured_overhead.json"],
     "serve_load": ["benchmarks/serve_load.py", "--out", "docs/data/serve_load.json"],
+    "cold_start": ["benchmarks/cold_start.py", "--out", "docs/data/cold_start.json"],
 }
 PEERS = {"cpu_speed", "engine_serving", "serve_load"}  # take --llama-bin
 

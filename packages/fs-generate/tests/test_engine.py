@@ -68,7 +68,7 @@ request = st.fixed_dictionaries(
 
 
 @pytest.mark.kernels
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     reqs=st.lists(request, min_size=1, max_size=8),
     long_one=st.booleans(),

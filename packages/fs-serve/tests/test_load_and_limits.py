@@ -139,6 +139,36 @@ def test_health_is_503_while_loading_then_200(tiny):
         s.stop()
 
 
+def test_health_turns_ok_only_after_the_warm_up(tiny, monkeypatch):
+    """Ready means warm: the first request must not pay the kernels' first-run compile or the thread contests, so
+    /health stays 503 until fs_generate.warm_up has run, and the serving engine starts with nothing done."""
+    import fs_serve.app as app
+    from fs_serve import ServeConfig, create_app
+    from serving import Server
+
+    gate, warming = threading.Event(), threading.Event()
+    real = app.warm_up
+
+    def slow_warm_up(model, tok):
+        warming.set()
+        gate.wait(30)
+        return real(model, tok)
+
+    monkeypatch.setattr(app, "warm_up", slow_warm_up)
+    s = Server(create_app(lambda: tiny, ServeConfig(model_id="tiny", kv_budget_bytes=8 << 20)), wait=False)
+    try:
+        assert warming.wait(30)  # loaded, now warming up
+        r = httpx.get(f"{s.url}/health", timeout=2)
+        assert r.status_code == 503 and r.json()["status"] == "loading" and "warming up" in r.json()["message"]
+        gate.set()
+        s.wait_healthy()
+        stats = s.state.engine.stats()
+        assert stats["finished"] == stats["forward_passes"] == stats["cached_tokens"] == 0
+    finally:
+        gate.set()
+        s.stop()
+
+
 def test_the_api_key_guards_everything_but_health(tiny):
     s = start(*tiny, api_key="sekrit")
     try:

@@ -47,7 +47,11 @@ def load_from_args(args: argparse.Namespace) -> tuple[Any, Tokenizer]:
 
         set_threads(args.threads)
     t0 = time.perf_counter()
-    if not args.quiet:
+    if args.quiet:
+        from fs_model.cpu import compile_notice
+
+        compile_notice.quiet()
+    else:
         if args.model is None:
             print(demo_banner(), file=err)
         print(f"loading {args.model or 'the demo model'} ({args.backend}) ...", end="", file=err, flush=True)

@@ -8,7 +8,7 @@ from fs_model import ModelError, load_model
 from fs_tokenizer import Tokenizer, TokenizerError
 from fs_weights import WeightsError, hub
 
-from .demo import demo_model_path
+from .demo import DEMO_DTYPE, demo_model_path
 from .errors import GenerateError
 
 
@@ -26,9 +26,12 @@ def load(
     progress: Any = None,
     tensor_group: Any = None,
 ) -> tuple[Any, Tokenizer]:
-    """``model=None`` loads the demo model shipped with fs-generate; ``tensor_group``: an ``mx.distributed`` group
-    this process is one rank of (MLX backend: it loads and runs its slice, ``fs_model.mlx.shard``)."""
+    """``model=None`` loads the demo model shipped with fs-generate (on the numpy backend as ``DEMO_DTYPE``
+    unless ``dtype`` or ``quantize`` says otherwise); ``tensor_group``: an ``mx.distributed`` group this process is
+    one rank of (MLX backend: it loads and runs its slice, ``fs_model.mlx.shard``)."""
     path = demo_model_path() if model is None else resolve_model_path(model)
+    if model is None and backend == "numpy" and dtype is None and quantize is None:
+        dtype = DEMO_DTYPE
     try:
         tok = _gguf_tokenizer(path) if path.suffix == ".gguf" else Tokenizer.from_pretrained(path)
         return (

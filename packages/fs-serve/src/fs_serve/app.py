@@ -3,7 +3,8 @@
     app = create_app(lambda: load(None), ServeConfig(model_id="fs-demo"))   # uvicorn.run(app, ...)
 
 The model loads in a thread once the app starts, so ``/health`` answers 503 ``{"status": "loading"}`` at once and
-200 ``{"status": "ok"}`` when requests can be served. Every route but ``/health`` needs the API key when one is set
+200 ``{"status": "ok"}`` when requests can be served at warm speed: after ``fs_generate.warm_up`` has paid the
+first run's kernel compile and thread contests. Every route but ``/health`` needs the API key when one is set
 (``Authorization: Bearer KEY``, compared in constant time). Each request is: read the body (at most
 ``max_body_bytes``: 413), validate it (400 naming the field), render it (chat template, constraint), submit its
 choices (429 when full), then stream or collect the choices' deltas. Anything unexpected is a 500 whose body says
@@ -28,6 +29,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from fs_generate import Engine
+from fs_generate.warm_up import warm_up
 
 from .choices import ChoiceStream
 from .errors import APIError, bad_request
@@ -58,6 +60,7 @@ class State:
     def __init__(self, config: ServeConfig):
         self.config = config
         self.status, self.error = "loading", ""
+        self.stage = "loading the model"  # what /health says while loading
         self.model: Any = None
         self.tokenizer: Any = None
         self.engine: Engine | None = None
@@ -69,6 +72,10 @@ class State:
         try:
             self.model, self.tokenizer = loader()
             c = self.config
+            if c.group is None:  # ranks in lockstep take only rank 0's steps: no warm-up of their own
+                self.stage = "warming up (a first run on this machine compiles the CPU kernels)"
+                log.info(self.stage)
+                log.info("warmed up in %.1f s", warm_up(self.model, self.tokenizer))
             engine = make_engine(self.model, self.tokenizer, c)
             engine.start()
             self.engine, self.runner = engine, Runner(engine, c.max_queue, self.metrics)
@@ -128,7 +135,7 @@ def create_app(loader: Callable[[], tuple[Any, Any]], config: ServeConfig | None
     async def health(request: Request) -> Response:
         if state.status == "ok":
             return JSONResponse({"status": "ok"})
-        return JSONResponse({"status": state.status, "message": state.error or "loading the model"}, status_code=503)
+        return JSONResponse({"status": state.status, "message": state.error or state.stage}, status_code=503)
 
     async def metrics(request: Request) -> Response:
         return Response(state.metrics.text(), media_type=CONTENT_TYPE)

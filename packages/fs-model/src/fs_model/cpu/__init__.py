@@ -137,4 +137,7 @@ def set_threads(n: int | None) -> None:
 if HAVE_NUMBA and SWITCHES.num_threads is not None:
     numba.set_num_threads(min(SWITCHES.num_threads, numba.config.NUMBA_NUM_THREADS))  # type: ignore[attr-defined]
 
+if HAVE_NUMBA:
+    from . import compile_notice  # noqa: F401  (registers the listener before any kernel compiles)
+
 __all__ = ["CPU_FEATURES", "CPU_NAME", "FEATURES", "HAVE_NUMBA", "ISA", "SWITCHES", "Switches", "set_threads"]

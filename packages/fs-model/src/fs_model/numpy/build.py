@@ -17,7 +17,7 @@ import numpy as np
 
 from fs_weights import Checkpoint, Qwen3Config, f32_to_bf16
 
-from ..cpu import HAVE_NUMBA
+from ..cpu import HAVE_NUMBA, compile_notice
 from ..cpu.affine import AffineLinear, AffineWeight, from_mlx, quantize_affine
 from ..cpu.bf16 import Bf16Linear
 from ..cpu.blas import SMALL, one_blas_thread
@@ -76,6 +76,8 @@ def from_checkpoint(
             RuntimeWarning,
             stacklevel=2,
         )
+    if kept and HAVE_NUMBA:  # named in the line printed if its kernels compile (a first run)
+        compile_notice.expect(f"{gate.w.bits}-bit weights" if isinstance(gate, AffineLinear) else "bf16 weights")
     fused, invariant = fused_decode_applies(gate), invariant_applies(gate)
     on_numba_threads = bool(getattr(gate, "uses_numba_threads", False))
 
