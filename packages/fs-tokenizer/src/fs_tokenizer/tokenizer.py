@@ -7,7 +7,7 @@ decode: IDs -> token strings -> bytes (byte-level inverse) -> UTF-8 with U+FFFD 
 import hashlib
 import json
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,8 +38,9 @@ class Tokenizer:
     ):
         self.source = source
         self.spec = spec
-        # what this tokenizer is: SHA-256 of the files it was read from (set by from_pretrained; "" for a dict)
-        self.digest = ""
+        # what this tokenizer is: SHA-256 of the files it was read from (set by from_pretrained; "" for a dict), or
+        # of a GGUF file's vocabulary fields, hashed when first asked (0.5 s for Qwen3's: most loads never ask)
+        self._digest: str | Callable[[], str] = ""
         try:
             self._build(spec)
         except TokenizerError as e:
@@ -122,8 +123,18 @@ class Tokenizer:
         """The vocabulary a GGUF file carries, from its metadata fields (``gguf_vocab``)."""
         spec, config, gen = spec_from_gguf(meta, source)
         tok = cls(spec, config, gen, source=source)
-        tok.digest = hashlib.sha256(json.dumps([spec, config, gen], sort_keys=True).encode()).hexdigest()
+        tok._digest = lambda: hashlib.sha256(json.dumps([spec, config, gen], sort_keys=True).encode()).hexdigest()
         return tok
+
+    @property
+    def digest(self) -> str:
+        if callable(self._digest):
+            self._digest = self._digest()
+        return self._digest
+
+    @digest.setter
+    def digest(self, value: str) -> None:
+        self._digest = value
 
     # --- encode ---------------------------------------------------------------------------------------------
 
