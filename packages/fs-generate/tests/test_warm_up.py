@@ -25,9 +25,9 @@ def names(rec):
     return sorted({e.data["dispatcher"].py_func.__qualname__ for _, e in rec.buffer if e.is_start})
 
 model, tok = load_model(sys.argv[1]), ByteTokenizer()  # bf16 kept: the fused kernels and the tiles
-with event.install_recorder("numba:compile") as during:
-    warm_up(model, tok)
 engine = Engine(model, tok, max_batch=4, kv_budget_bytes=64 * model.kv_block_bytes(16))
+with event.install_recorder("numba:compile") as during:
+    warm_up(engine)
 with event.install_recorder("numba:compile") as after:
     handles = [engine.submit(list(range(5, 5 + n)), max_new_tokens=6, eos_token_ids=()) for n in (3, 40, 17)]
     engine.run_until_idle()

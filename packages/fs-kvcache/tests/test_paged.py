@@ -140,3 +140,16 @@ class PagedMachine(RuleBasedStateMachine):
 
 PagedMachine.TestCase.settings = settings(max_examples=120, stateful_step_count=40, deadline=None)
 TestPagedMachine = PagedMachine.TestCase
+
+
+def test_prefault_maps_the_blocks_handed_out_first_and_refuses_a_pool_in_use():
+    """A server maps its pool's first blocks before it says ready (fs_generate.warm_up); those are the blocks the
+    pool hands out first, and since prefaulting writes zeros it must never touch a pool holding K/V."""
+    from fs_kvcache import KVStore
+
+    pool = BlockPool(8, 4)
+    store = KVStore(pool, layers=2, kv_heads=2, head_dim=3, dtype=np.float32)
+    store.prefault(3)
+    assert [pool.allocate() for _ in range(3)] == [0, 1, 2]  # the prefaulted ones
+    with pytest.raises(KVCacheError, match="no block in use"):
+        store.prefault(3)

@@ -149,10 +149,10 @@ def test_health_turns_ok_only_after_the_warm_up(tiny, monkeypatch):
     gate, warming = threading.Event(), threading.Event()
     real = app.warm_up
 
-    def slow_warm_up(model, tok):
+    def slow_warm_up(engine):
         warming.set()
         gate.wait(30)
-        return real(model, tok)
+        return real(engine)
 
     monkeypatch.setattr(app, "warm_up", slow_warm_up)
     s = Server(create_app(lambda: tiny, ServeConfig(model_id="tiny", kv_budget_bytes=8 << 20)), wait=False)

@@ -1,17 +1,21 @@
 """Warm-up: a server's first request served at warm speed, by paying the first-run costs before it says ready.
 
-A fresh process pays twice on its first requests: numba compiles the CPU kernels on a machine's first run (then
-caches them on disk), and every kernel call shape starts with a thread contest (fs_model/cpu/threads.py). A
+A fresh process pays three times on its first requests: numba compiles the CPU kernels on a machine's first run
+(then caches them on disk), every kernel call shape starts with a thread contest (fs_model/cpu/threads.py), and a
+fresh K/V pool's pages are mapped by the OS on their first write. A
 server that answered ``/health`` 200 before paying them would make its first client wait 25 s for a request
-that takes 0.3 s warm. ``warm_up(model, tokenizer)`` runs two short requests (a prefill chunk and decode steps,
-side by side in one batch, as a server runs them) through a throwaway engine with a pool of a few blocks, so the
-serving engine's pool, prefix cache and statistics start untouched; it returns the seconds it took.
+that takes 0.3 s warm. ``warm_up(engine)`` runs short requests through a throwaway engine on the same model, with a
+pool of a few blocks - one alone (a prefill, then decode steps of one row: the shapes of a lone client), then two side by
+side (the shapes of a batch) - so the serving engine's pool, prefix cache and statistics start untouched; it
+maps the pages of the serving pool's first blocks (those it hands out first: a step's worth of
+tokens and a block per sequence), and returns the seconds it took. A decode step calls each matrix shape once per
+layer, so a model of 28 layers settles each of its contests within a step or two.
 
-    seconds = warm_up(model, tokenizer)   # then build the serving Engine and report ready
+    engine = Engine(model, tokenizer, ...)
+    seconds = warm_up(engine)             # then start it and report ready
 """
 
 import time
-from typing import Any
 
 from .engine import Engine
 
@@ -20,10 +24,9 @@ NEW_TOKENS = 8
 BLOCK = 16
 
 
-def warm_up(model: Any, tokenizer: Any) -> float:
-    """Run the warm-up requests (module docstring); 0.0 for a model the engine cannot run."""
-    if not hasattr(model, "forward_paged"):
-        return 0.0
+def warm_up(serving: Engine) -> float:
+    """Run the warm-up requests and map the first blocks of ``serving``'s pool (module docstring)."""
+    model, tokenizer = serving.model, serving.tokenizer
     t0 = time.perf_counter()
     blocks = 2 * (-(-(len(PROMPT) + NEW_TOKENS) // BLOCK))  # both requests' K/V, nothing more
     engine = Engine(
@@ -34,8 +37,11 @@ def warm_up(model: Any, tokenizer: Any) -> float:
         block_size=BLOCK,
         prefix_cache=False,
     )
-    handles = [engine.submit(PROMPT[: len(PROMPT) - i], max_new_tokens=NEW_TOKENS) for i in range(2)]
-    engine.run_until_idle()
-    for h in handles:
-        h.result()
+    for n in (1, 2):  # alone, then a batch of two
+        handles = [engine.submit(PROMPT[: len(PROMPT) - i], max_new_tokens=NEW_TOKENS) for i in range(n)]
+        engine.run_until_idle()
+        for h in handles:
+            h.result()
+    s, bs = serving.scheduler, serving.pool.block_size
+    serving.store.prefault(-(-s.max_step_tokens // bs) + s.max_batch)
     return time.perf_counter() - t0

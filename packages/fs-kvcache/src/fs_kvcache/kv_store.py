@@ -74,6 +74,19 @@ class KVStore:
             for layer in kv:
                 layer[:, b : b + self.block_size] = layer[:, a : a + self.block_size]
 
+    def prefault(self, blocks: int) -> None:
+        """Write zeros over blocks 0 .. ``blocks``-1 of every layer, so the OS maps their pages now: a fresh pool's
+        first writes page-fault (measured: 2 s of a 0.6B model's first 18-token prefill on this VM), and the pool
+        hands out low blocks first (``BlockPool``), so a server's first requests then write into mapped memory."""
+        if self.pool.free_blocks != self.pool.num_blocks:
+            raise KVCacheError("prefault writes zeros: only a pool with no block in use may be prefaulted")
+        if not isinstance(self.k[0], np.ndarray):
+            return  # MLX made its arrays whole (see __init__)
+        end = min(blocks, self.pool.num_blocks) * self.block_size
+        for kv in (self.k, self.v):
+            for layer in kv:
+                layer[:, :end] = 0
+
     def write(self, layer: int, slots: np.ndarray, k: Any, v: Any) -> None:
         """New K/V ``[kv_heads, N, D]`` of one layer into their slots."""
         at = index(self.k[layer], slots.tolist()) if is_mlx(self.k[layer]) else slots

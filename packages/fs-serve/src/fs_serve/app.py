@@ -72,11 +72,11 @@ class State:
         try:
             self.model, self.tokenizer = loader()
             c = self.config
+            engine = make_engine(self.model, self.tokenizer, c)
             if c.group is None:  # ranks in lockstep take only rank 0's steps: no warm-up of their own
                 self.stage = "warming up (a first run on this machine compiles the CPU kernels)"
                 log.info(self.stage)
-                log.info("warmed up in %.1f s", warm_up(self.model, self.tokenizer))
-            engine = make_engine(self.model, self.tokenizer, c)
+                log.info("warmed up in %.1f s", warm_up(engine))
             engine.start()
             self.engine, self.runner = engine, Runner(engine, c.max_queue, self.metrics)
             self.status = "ok"
