@@ -27,6 +27,13 @@ BASE = dict(
 )
 
 
+def cpu_name() -> str:
+    """How a skip names the CPU the kernels target: the host's, or the AVX2 set FS_ISA=avx2 restricts them to."""
+    from fs_model.cpu import ISA
+
+    return "this CPU" if ISA == "native" else f"this CPU under FS_ISA={ISA}"
+
+
 def config(name: str = "untied-gqa2", **kw) -> Qwen3Config:
     return preset("tiny", **{**BASE, **KNOBS[name], **kw})
 

@@ -9,7 +9,7 @@ from fs_model.cpu.affine import AffineLinear, quantize_affine
 from fs_model.cpu.bf16 import Bf16Linear
 from fs_model.cpu.blas import SMALL
 from fs_weights import bf16_to_f32, f32_to_bf16, write_random_checkpoint
-from model_helpers import config, rel_err
+from model_helpers import config, cpu_name, rel_err
 
 pytestmark = pytest.mark.kernels  # needs numba (the kernels session installs fs-model[fast])
 
@@ -18,7 +18,7 @@ pytestmark = pytest.mark.kernels  # needs numba (the kernels session installs fs
 def _bf16(reference, monkeypatch):
     reference("numba")
     if not bf16_gemm.AVAILABLE:
-        pytest.skip("this CPU has no AVX512-BF16: prefill widens to float32 and uses BLAS (test_fused.py)")
+        pytest.skip(f"{cpu_name()} has no AVX512-BF16: prefill widens to float32 and uses BLAS (test_fused.py)")
     # the GEMM serves the M-dependent path (FS_BATCH_INVARIANT=0); the default runs the row kernels for every M,
     # so with it on these layers would never reach the GEMM (found on an AVX512-BF16 host: AMD CI hosts skip here)
     monkeypatch.setattr(cpu.SWITCHES, "batch_invariant", False)

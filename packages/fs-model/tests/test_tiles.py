@@ -9,7 +9,7 @@ from fs_model.cpu.affine import AffineLinear, quantize_affine
 from fs_model.cpu.bf16 import Bf16Linear
 from fs_model.cpu.integer_tiles import quantize_rows, scales_and_sums
 from fs_weights import bf16_to_f32, f32_to_bf16
-from model_helpers import int8_activation_contract, rel_err
+from model_helpers import cpu_name, int8_activation_contract, rel_err
 
 pytestmark = pytest.mark.kernels
 
@@ -30,7 +30,7 @@ def weights(kind, n, k, group=64, seed=0):
 def tiled(reference):
     reference("numba")
     if not tiles.applies("bf16", 1024):
-        pytest.skip("this CPU has no AVX2 + FMA: the row kernels run (test_kernels.py, test_batch_invariance.py)")
+        pytest.skip(f"{cpu_name()} has no AVX2 + FMA: the row kernels run (test_kernels.py, test_batch_invariance.py)")
 
 
 def compiled(kind, group=64):
@@ -114,7 +114,7 @@ def test_each_matrix_takes_the_widest_tile_its_shape_allows(tiled, monkeypatch):
 
     if tiles.kernels("bf16w") is None:
         assert tiles.widest("bf16", 1024) == "bf16" and tiles.widest("q8", 1024, 64) == "q8"
-        pytest.skip("this CPU has no AVX-512: only the 8-wide tiles exist (checked above)")
+        pytest.skip(f"{cpu_name()} has no AVX-512: only the 8-wide tiles exist (checked above)")
     assert tiles.widest("bf16", 1024) == "bf16w" and tiles.widest("q4", 1024, 64) == "q4w"
     assert tiles.widest("bf16", 1016) == "bf16" and tiles.widest("q8", 1024, 8) == "q8"  # 1016, 8: not × 16
     assert tiles.widest("q8i", 1024, 64) == "q8i"  # the 8-bit integer tile has one width

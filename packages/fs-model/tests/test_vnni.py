@@ -5,8 +5,8 @@ import pytest
 
 from fs_model.cpu import affine, vnni
 from fs_model.cpu.affine import AffineLinear
+from model_helpers import cpu_name, rel_err
 from model_helpers import int8_activation_contract as contract
-from model_helpers import rel_err
 
 pytestmark = pytest.mark.kernels  # needs numba (the kernels session installs fs-model[fast])
 
@@ -25,7 +25,7 @@ SHAPES = {
 def _vnni(reference):
     reference("numba")
     if not vnni.AVAILABLE:
-        pytest.skip("this CPU has no AVX-512 VNNI: decode uses the float kernels (test_kernels.py)")
+        pytest.skip(f"{cpu_name()} has no AVX-512 VNNI: decode uses the float kernels (test_kernels.py)")
 
 
 @pytest.mark.parametrize("name", list(SHAPES))

@@ -1,15 +1,16 @@
 """Warm-up: a server's first request served at warm speed, by paying the first-run costs before it says ready.
 
 A fresh process pays three times on its first requests: numba compiles the CPU kernels on a machine's first run
-(then caches them on disk), every kernel call shape starts with a thread contest (fs_model/cpu/threads.py), and a
-fresh K/V pool's pages are mapped by the OS on their first write. A
-server that answered ``/health`` 200 before paying them would make its first client wait 25 s for a request
-that takes 0.3 s warm. ``warm_up(engine)`` runs short requests through a throwaway engine on the same model, with a
-pool of a few blocks - one alone (a prefill, then decode steps of one row: the shapes of a lone client), then two side by
-side (the shapes of a batch) - so the serving engine's pool, prefix cache and statistics start untouched; it
-maps the pages of the serving pool's first blocks (those it hands out first: a step's worth of
-tokens and a block per sequence), and returns the seconds it took. A decode step calls each matrix shape once per
-layer, so a model of 28 layers settles each of its contests within a step or two.
+(then caches them on disk), every kernel call shape starts with a thread contest (fs_model/cpu/threads.py), and
+the OS maps a fresh K/V pool's pages on their first write. A server that answered ``/health`` 200 before paying
+them would make its first client wait 25 s for a request that takes 0.3 s warm.
+
+``warm_up(engine)`` runs short requests through a throwaway engine on the same model with a pool of a few blocks -
+one alone (a prefill, then decode steps of one row: a lone client's shapes), then two side by side (a batch's) -
+so the serving engine's prefix cache and statistics start untouched. Then it maps the pages of the serving pool's
+first blocks (the ones it hands out first: a step's worth of tokens and a block per sequence) and returns the
+seconds it took. A decode step calls each matrix shape once per layer, so a 28-layer model settles each of its
+contests within a step or two.
 
     engine = Engine(model, tokenizer, ...)
     seconds = warm_up(engine)             # then start it and report ready
