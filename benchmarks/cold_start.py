@@ -109,20 +109,14 @@ def main() -> None:
         result["serve_bf16"] = serve(clone, env, ["--model", str(ckpt)])
         result["serve_demo"] = serve(clone, env, [])
     print(json.dumps(result, indent=2))
-    for name in ("demo", "bf16"):
-        r = result[name]
-        assert isinstance(r, dict)
-        print(
-            f"fs-generate {name}: cold {r['cold_s']:.1f} s, warm {r['warm_s']:.1f} s "
-            f"(cold/warm {r['cold_s'] / r['warm_s']:.2f}x), compile line: {r['notice']}"
-        )
-    for name in ("serve_demo", "serve_bf16"):
-        r = result[name]
-        assert isinstance(r, dict)
-        print(
-            f"fs-serve {name[6:]}: /health ok after {r['ready_s']:.1f} s; first request {r['first_s']:.2f} s, "
-            f"warm {r['warm_s']:.2f} s: first/warm {r['first_over_warm']:.2f}x"
-        )
+    lines = {
+        "demo": "fs-generate demo: cold {cold_s:.1f} s, warm {warm_s:.1f} s, compile line: {notice}",
+        "bf16": "fs-generate bf16: cold {cold_s:.1f} s, warm {warm_s:.1f} s, compile line: {notice}",
+        "serve_demo": "fs-serve demo: /health ok after {ready_s:.1f} s; first {first_s:.2f} s, warm {warm_s:.2f} s ({first_over_warm:.2f}x)",
+        "serve_bf16": "fs-serve bf16: /health ok after {ready_s:.1f} s; first {first_s:.2f} s, warm {warm_s:.2f} s ({first_over_warm:.2f}x)",
+    }
+    for name, line in lines.items():
+        print(line.format(**result[name]))  # type: ignore[arg-type]
     if args.out:
         tmp_out = args.out.with_suffix(".tmp")
         tmp_out.write_text(json.dumps(result, indent=2) + "\n")

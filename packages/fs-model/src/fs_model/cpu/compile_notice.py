@@ -40,11 +40,6 @@ def quiet(on: bool = True) -> None:
     _state.quiet = on
 
 
-def said() -> bool:
-    """Whether the line was printed in this process (tests)."""
-    return _state.said
-
-
 def _on_compile(dispatcher: Any) -> None:
     module = getattr(getattr(dispatcher, "py_func", None), "__module__", "") or ""
     if _state.said or _state.quiet or not module.startswith("fs_model"):
