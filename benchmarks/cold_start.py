@@ -112,8 +112,10 @@ def main() -> None:
     lines = {
         "demo": "fs-generate demo: cold {cold_s:.1f} s, warm {warm_s:.1f} s, compile line: {notice}",
         "bf16": "fs-generate bf16: cold {cold_s:.1f} s, warm {warm_s:.1f} s, compile line: {notice}",
-        "serve_demo": "fs-serve demo: /health ok after {ready_s:.1f} s; first {first_s:.2f} s, warm {warm_s:.2f} s ({first_over_warm:.2f}x)",
-        "serve_bf16": "fs-serve bf16: /health ok after {ready_s:.1f} s; first {first_s:.2f} s, warm {warm_s:.2f} s ({first_over_warm:.2f}x)",
+        "serve_demo": "fs-serve demo: /health ok after {ready_s:.1f} s; "
+        "first {first_s:.2f} s, warm {warm_s:.2f} s ({first_over_warm:.2f}x)",
+        "serve_bf16": "fs-serve bf16: /health ok after {ready_s:.1f} s; "
+        "first {first_s:.2f} s, warm {warm_s:.2f} s ({first_over_warm:.2f}x)",
     }
     for name, line in lines.items():
         print(line.format(**result[name]))  # type: ignore[arg-type]
