@@ -50,7 +50,10 @@ def _gguf_tokenizer(path: Path) -> Tokenizer:
 
     try:
         f = GGUFFile(path)
-        gguf_config(f)  # a llama or another architecture is refused for what it is, before its vocabulary
+        try:
+            gguf_config(f)  # a llama or another architecture is refused for what it is, before its vocabulary
+        finally:
+            f.close()
         meta = f.metadata
     except WeightsError as e:
         raise GenerateError(str(e)) from None

@@ -18,6 +18,7 @@ import numpy as np
 from .config import check_quantization
 from .dtypes import FLOATS, to_float32
 from .errors import ConfigError, SafetensorsError, WeightsError
+from .finite import check_finite
 from .jsonfile import read_json
 from .quantize import dequantize as _dequantize
 from .safetensors import SafetensorsFile, TensorInfo
@@ -32,6 +33,7 @@ class Checkpoint:
         self.files = files
         self.quantization = quantization
         self._where: dict[str, SafetensorsFile] = {}
+        self._finite: set[str] = set()  # tensors already scanned for NaN / Inf (finite.py)
         for f in files:
             for name in f.tensors:
                 if name in self._where:
@@ -86,8 +88,14 @@ class Checkpoint:
         return self._file(name).tensors[name]
 
     def raw(self, name: str) -> np.ndarray:
-        """The stored array without conversion (read-only, mmap-backed; BF16 as uint16 bits)."""
-        return self._file(name).raw(name)
+        """The stored array without conversion (read-only, mmap-backed; BF16 as uint16 bits). A float tensor is
+        scanned for NaN / Inf the first time it is read, and refused by name if it holds one (``finite.py``)."""
+        f = self._file(name)
+        arr = f.raw(name)
+        if name not in self._finite:
+            check_finite(arr, f.tensors[name].dtype, f"{f.path}: tensor {name!r}")
+            self._finite.add(name)
+        return arr
 
     def release(self, name: str) -> None:
         """Drop ``name``'s mapped pages from resident memory once a converted copy is all that is kept."""

@@ -1,6 +1,7 @@
 """A llama.cpp GGUF model file read as a checkpoint: HF tensor names, numpy shapes, MLX's quantized layout.
 
-The file is parsed by the ``gguf`` package (llama.cpp's own reader) and mapped on demand. Names: ``token_embd``
+The header is parsed and checked by ``gguf_header`` (every count, offset and size against the file) and the
+tensors are mapped on demand; the file must be a regular one. Names: ``token_embd``
 -> ``model.embed_tokens``, ``blk.N.attn_q`` -> ``model.layers.N.self_attn.q_proj`` and so on (``NAMES``).
 Shapes: GGUF lists dimensions fastest-first, so ``[1024, 151936]`` is numpy's ``(151936, 1024)``.
 
@@ -11,7 +12,9 @@ with group 32: codes ``q+128`` / ``q``, scale ``d``, bias ``-128d`` / ``-8d`` (e
 second rounding. Any other type (the K-quants, IQ*) is refused by name.
 """
 
+import mmap
 import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +22,7 @@ import numpy as np
 
 from .checkpoint import Checkpoint
 from .errors import WeightsError
+from .gguf_header import GGUFFormatError, GGUFHeader, GGUFTensor, parse_header
 from .safetensors import TensorInfo
 
 BLOCK = {  # GGUF block tensor -> HF name under model.layers.N
@@ -50,50 +54,24 @@ def hf_name(gguf_name: str) -> str:
     raise WeightsError(f"GGUF tensor {gguf_name!r} is not part of a Qwen3 model")
 
 
-# the last file parsed, and its metadata: loading a model reads the file for its weights, then for its vocabulary
-_LAST: dict[tuple[str, int, int], tuple[Any, dict[str, Any]]] = {}
+# the last file parsed, and its header: loading a model reads the file for its weights, then for its vocabulary
+_LAST: dict[tuple[int, int, int, int], GGUFHeader] = {}
 
 
-def _reader(path: Path) -> tuple[Any, dict[str, Any]]:
-    st = path.stat()
-    key = (str(path.resolve()), st.st_mtime_ns, st.st_size)
-    if key not in _LAST:
-        _LAST.clear()
-        reader = _parse(path)
-        _LAST[key] = reader, {k: f.contents() for k, f in reader.fields.items()}
-    return _LAST[key]
-
-
-def _parse(path: Path) -> Any:
+def _open_regular(path: Path) -> tuple[int, int]:
+    """(fd, size) of ``path``, refused unless it is a regular file: a FIFO would block the reader forever and a
+    device has no size to check against. ``O_NONBLOCK`` makes opening a FIFO return at once, so it is refused."""
     try:
-        from gguf import GGUFReader
-    except ImportError:
-        raise WeightsError("reading a GGUF file needs the gguf package: pip install 'fs-weights[gguf]'") from None
-
-    class Reader(GGUFReader):  # type: ignore[misc]
-        """GGUFReader, faster: it slices its buffer twice per vocabulary string (300,000 times for Qwen3's
-        vocabulary and merges). Over a plain ndarray view of the memmap (a memmap subclass costs ~10 us per
-        slice) and with ``_get`` skipping the byte-order view when the file's order is the host's, parsing
-        Qwen3's metadata takes ~2 s here instead of ~16 s."""
-
-        @property  # type: ignore[override]
-        def data(self) -> np.ndarray:
-            return self._data
-
-        @data.setter  # type: ignore[override]
-        def data(self, value: np.ndarray) -> None:
-            self._data = value.view(np.ndarray)
-
-        def _get(self, offset: int, dtype: Any, count: int = 1, override_order: Any = None) -> np.ndarray:
-            if override_order is not None or self.byte_order != "I":
-                return super()._get(offset, dtype, count, override_order)
-            dt = np.dtype(dtype)
-            return self._data[offset : offset + dt.itemsize * int(count)].view(dt)
-
-    try:
-        return Reader(str(path))
-    except Exception as e:  # the reader's own errors (ValueError, struct.error, ...) share no base class
-        raise WeightsError(f"{path}: not a readable GGUF file: {type(e).__name__}: {e}") from None
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise WeightsError(f"{path}: no such file") from None
+    except (OSError, ValueError) as e:  # ValueError: a NUL byte in the path
+        raise WeightsError(f"{path}: cannot read: {getattr(e, 'strerror', None) or e}") from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise WeightsError(f"{path}: not a regular file (a FIFO, device or socket); a GGUF model is a file")
+    return fd, st.st_size
 
 
 class GGUFFile:
@@ -101,16 +79,40 @@ class GGUFFile:
 
     def __init__(self, path: str | os.PathLike[str]):
         self.path = Path(path)
-        reader, self.metadata = _reader(self.path)
-        self.tensors: dict[str, TensorInfo] = {}
-        self.bits: dict[str, int] = {}  # quantized HF base name -> bits
-        self._parts: dict[str, tuple[Any, str]] = {}  # HF name -> (reader tensor, which part)
-        for t in reader.tensors:
-            name, kind = hf_name(t.name), t.tensor_type.name
-            shape = tuple(int(d) for d in reversed(t.shape))
+        fd, size = _open_regular(self.path)
+        self._fd: int | None = fd
+        self._map: mmap.mmap | None = None
+        try:
+            if size:
+                self._map = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+            st = os.fstat(fd)
+            key = (st.st_dev, st.st_ino, st.st_mtime_ns, size)
+            if key not in _LAST:
+                header = parse_header(self._map if self._map is not None else b"", size, str(self.path))
+                _LAST.clear()
+                _LAST[key] = header
+            self.header = _LAST[key]
+            self.metadata = self.header.metadata
+            self.tensors: dict[str, TensorInfo] = {}
+            self.bits: dict[str, int] = {}  # quantized HF base name -> bits
+            self._parts: dict[str, tuple[GGUFTensor, str]] = {}  # HF name -> (stored tensor, which part)
+            self._tensors()
+        except BaseException:
+            self.close()
+            raise
+
+    def _tensors(self) -> None:
+        for t in self.header.tensors:
+            try:
+                name, kind = hf_name(t.name), t.ggml_type
+            except WeightsError as e:
+                raise WeightsError(f"{self.path}: {e}") from None
+            shape = tuple(reversed(t.dims))
             if kind in FLOAT_TYPES:
                 self._add(name, FLOAT_TYPES[kind], shape, t, "float")
             elif kind in QUANT_BITS:
+                if len(shape) != 2:
+                    raise WeightsError(f"{self.path}: tensor {t.name!r}: {kind} {list(t.dims)} is not a matrix")
                 rows, cols = shape
                 bits, base = QUANT_BITS[kind], name.removesuffix(".weight")
                 self.bits[base] = bits
@@ -123,7 +125,7 @@ class GGUFFile:
                     "(requantize the file with llama-quantize, or convert from the safetensors model)"
                 )
 
-    def _add(self, name: str, code: str, shape: tuple[int, ...], t: Any, part: str) -> None:
+    def _add(self, name: str, code: str, shape: tuple[int, ...], t: GGUFTensor, part: str) -> None:
         itemsize = {"F32": 4, "U32": 4, "F16": 2, "BF16": 2}[code]
         self.tensors[name] = TensorInfo(name, code, shape, 0, int(np.prod(shape)) * itemsize, self.path)
         self._parts[name] = (t, part)
@@ -134,15 +136,25 @@ class GGUFFile:
     def __iter__(self) -> Any:
         return iter(self.tensors)
 
+    def _stored(self, t: GGUFTensor) -> np.ndarray:
+        """The tensor's bytes, mapped. The size is re-checked on every access, as the safetensors reader does: a
+        page past the end of a file truncated under a live mapping raises SIGBUS when touched."""
+        size = os.fstat(self._fd).st_size if self._fd is not None else -1
+        if self._map is None or size < t.end:
+            raise GGUFFormatError(
+                f"{self.path}: data (tensor {t.name!r}): the file is now {size} bytes but the tensor ends at byte "
+                f"{t.end} (truncated after it was opened)"
+            )
+        return np.frombuffer(self._map, np.uint8, t.end - t.begin, t.begin)
+
     def raw(self, name: str) -> np.ndarray:
         """The tensor as a safetensors file would store it (BF16 as uint16 bits; quantized parts repacked)."""
         t, part = self._parts[name]
         shape = self.tensors[name].shape
-        kind = t.tensor_type.name
+        data, kind = self._stored(t), t.ggml_type
         if part == "float":
-            data = np.asarray(t.data)
-            return data.view(np.uint16 if kind == "BF16" else data.dtype).reshape(shape)
-        blocks = np.asarray(t.data).reshape(shape[0], -1, 2 + (32 if kind == "Q8_0" else 16))
+            return data.view({"F32": np.float32, "F16": np.float16, "BF16": np.uint16}[kind]).reshape(shape)
+        blocks = data.reshape(shape[0], -1, 2 + (32 if kind == "Q8_0" else 16))
         d = blocks[..., :2].copy().view(np.float16)[..., 0]  # [rows, cols/32]
         if part == "scales":
             return d
@@ -161,13 +173,17 @@ class GGUFFile:
     def stored_bytes(self, name: str) -> np.ndarray:
         """The bytes the file holds for ``name`` (a quantized tensor's parts share their blocks): what a
         checkpoint digest samples, without repacking anything."""
-        return np.asarray(self._parts[name][0].data).reshape(-1).view(np.uint8)
+        return self._stored(self._parts[name][0])
 
     def release(self, name: str) -> None:
         """Nothing to drop: ``raw`` builds each array when asked and keeps no copy."""
 
     def close(self) -> None:
-        self._parts.clear()
+        """Drop the mapping; arrays already handed out keep it alive until they are freed."""
+        self._map = None
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
 
 def gguf_config(f: GGUFFile) -> dict[str, Any]:
@@ -208,9 +224,25 @@ def gguf_config(f: GGUFFile) -> dict[str, Any]:
         "tie_word_embeddings": "lm_head.weight" not in f.tensors,
         "torch_dtype": {"BF16": "bfloat16", "F16": "float16"}.get(floats[0] if floats else "", "float32"),
     }
-    for name in ("bos_token_id", "eos_token_id"):
-        if isinstance(m.get(f"tokenizer.ggml.{name}"), int):
-            cfg[name] = m[f"tokenizer.ggml.{name}"]
+    layers = {int(n.split(".")[2]) for n in f.tensors if n.startswith("model.layers.")}
+    if cfg["num_hidden_layers"] != len(layers) or layers != set(range(len(layers))):
+        raise WeightsError(
+            f"{f.path}: metadata key 'qwen3.block_count' is {cfg['num_hidden_layers']!r} but the file holds tensors "
+            f"for {len(layers)} layers{'' if layers == set(range(len(layers))) else ' (not numbered 0..N-1)'}"
+        )
+    vocab = m.get("tokenizer.ggml.tokens")
+    rows = len(vocab) if isinstance(vocab, list) else embed[0]
+    for name in ("bos_token_id", "eos_token_id", "padding_token_id"):
+        tid = m.get(f"tokenizer.ggml.{name}")
+        if tid is None:
+            continue
+        if type(tid) is not int or not 0 <= tid < min(rows, embed[0]):
+            raise WeightsError(
+                f"{f.path}: metadata key 'tokenizer.ggml.{name}' is {tid!r}, not a token id of the "
+                f"{min(rows, embed[0])}-token vocabulary"
+            )
+        if name != "padding_token_id":
+            cfg[name] = tid
     if f.bits:
         common = max(set(f.bits.values()), key=list(f.bits.values()).count)
         cfg["quantization"] = {"group_size": GROUP, "bits": common} | {
