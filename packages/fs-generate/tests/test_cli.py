@@ -135,8 +135,9 @@ def test_constraint_flags(tiny_dir, tmp_path, capsys):
     "flags, message",
     [
         (["--json-schema", "{bad"], "--json-schema: not a file and not JSON"),
-        (["--grammar", "/no/such/file.lark"], "--grammar: cannot read /no/such/file.lark"),
-        (["--regex", "a", "--grammar", "/dev/null"], "at most one of json_schema, regex and grammar"),
+        (["--grammar", "/no/such/file.lark"], "--grammar: /no/such/file.lark: file not found"),
+        (["--grammar", "/dev/zero"], "--grammar: /dev/zero: is a FIFO, device or socket, not a regular file"),
+        (["--regex", "a", "--json-schema", "{}"], "at most one of json_schema, regex and grammar"),
         (["--regex", "(unclosed"], "invalid regex"),
     ],
 )

@@ -8,9 +8,10 @@ import pytest
 from safetensors.numpy import save_file
 
 from fs_kvcache import KVCacheError, identity_string, load_prompt_cache, save_prompt_cache
+from fs_kvcache.prompt_cache import _digest
 
 IDENT = identity_string(weights="w" * 64, tokenizer="t" * 64, checkpoint="c")
-META = {"fs_identity": IDENT, "fs_format": "fs-prompt-cache/1", "fs_layers": "2", "fs_dtype": "float32"}
+META = {"fs_identity": IDENT, "fs_format": "fs-prompt-cache/2", "fs_layers": "2", "fs_dtype": "float32"}
 
 
 def state(n=3, dtype=np.float32):
@@ -19,7 +20,12 @@ def state(n=3, dtype=np.float32):
 
 
 def write(path, tensors, **meta):
-    save_file(tensors, str(path), metadata=META | meta)
+    """The file as fs would write it (its digest over what is stored), unless ``meta`` says otherwise."""
+    n = sum(name.startswith("layer.") for name in tensors) // 2
+    layers = [
+        (tensors[f"layer.{i}.keys"], tensors[f"layer.{i}.values"]) for i in range(n) if f"layer.{i}.keys" in tensors
+    ]
+    save_file(tensors, str(path), metadata=META | {"fs_digest": _digest(tensors["tokens"], layers)} | meta)
     return path
 
 
@@ -40,8 +46,44 @@ def test_a_good_file_loads(tmp_path):
 def test_non_finite_keys_or_values_are_refused(tmp_path, value):
     t = tensors()
     t["layer.1.values"][0, 1, 2, 3] = value
-    with pytest.raises(KVCacheError, match=r"p.safetensors: layer.1.values: holds NaN or infinite values"):
+    with pytest.raises(KVCacheError, match=r"p.safetensors: layer.1.values: holds (nan|inf|NaN)"):
         load_prompt_cache(write(tmp_path / "p.safetensors", t), IDENT)
+
+
+@pytest.mark.parametrize("value", [1e30, -7e4])
+def test_absurd_keys_or_values_are_refused(tmp_path, value):
+    t = tensors()
+    t["layer.0.keys"][0, 0, 1, 2] = value
+    with pytest.raises(KVCacheError, match=r"layer.0.keys: holds .* \(\|K/V\| must be finite and at most 65504\)"):
+        load_prompt_cache(write(tmp_path / "p.safetensors", t), IDENT)
+
+
+def test_token_ids_edited_under_their_keys_and_values_are_refused(tmp_path):
+    save_prompt_cache(tmp_path / "p.safetensors", [5, 6, 7], state(), IDENT)
+    from safetensors import safe_open
+    from safetensors.numpy import load_file
+
+    t = load_file(str(tmp_path / "p.safetensors"))
+    with safe_open(str(tmp_path / "p.safetensors"), framework="numpy") as f:
+        meta = f.metadata()
+    t["tokens"] = np.array([5, 9, 7], np.int64)  # same length, so every shape still agrees
+    save_file(t, str(tmp_path / "p.safetensors"), metadata=meta)
+    with pytest.raises(KVCacheError, match="fs_digest does not match the token ids and K/V stored"):
+        load_prompt_cache(tmp_path / "p.safetensors", IDENT)
+
+
+def test_a_file_from_the_older_format_says_to_make_it_again(tmp_path):
+    with pytest.raises(KVCacheError, match="written by an older fs: make it again"):
+        load_prompt_cache(write(tmp_path / "p.safetensors", tensors(), fs_format="fs-prompt-cache/1"), IDENT)
+
+
+def test_saving_over_something_that_is_not_a_regular_file_is_refused(tmp_path):
+    import os
+
+    os.mkfifo(tmp_path / "fifo")
+    with pytest.raises(KVCacheError, match="fifo: exists and is not a regular file"):
+        save_prompt_cache(tmp_path / "fifo", [0, 1, 2], state(), IDENT)
+    assert not [p for p in tmp_path.iterdir() if p.name != "fifo"]  # no temporary file left behind
 
 
 def test_non_finite_bfloat16_bits_are_refused(tmp_path):

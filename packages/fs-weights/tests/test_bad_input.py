@@ -10,6 +10,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
@@ -19,6 +20,7 @@ from fs_weights import (
     ConfigError,
     SafetensorsError,
     SafetensorsFile,
+    WeightsError,
     load_config,
     load_generation_config,
     preset,
@@ -265,3 +267,22 @@ def test_any_json_value_for_any_config_key_loads_or_is_a_config_error(tmp_path, 
             load(tmp_path)
         except ConfigError as e:
             assert "config.json" in str(e)
+
+
+def test_writers_replace_only_regular_files(tmp_path):
+    """A FIFO (standing in for /dev/full, which a test must not risk) or a directory at the target is refused
+    before a byte is written, and no temporary file is left; a regular file is replaced."""
+    from fs_weights import save_safetensors
+    from fs_weights.atomic import write_atomic
+
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "dir").mkdir()
+    for target in ("fifo", "dir"):
+        with pytest.raises(WeightsError, match=f"{target}: exists and is a .*, not a regular file"):
+            write_atomic(tmp_path / target, "x")
+        with pytest.raises(SafetensorsError, match="not a regular file"):
+            save_safetensors(tmp_path / target, {"a": np.zeros(2, np.float32)})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dir", "fifo"]
+    write_atomic(tmp_path / "plain", "old")
+    write_atomic(tmp_path / "plain", "new")
+    assert (tmp_path / "plain").read_text() == "new"

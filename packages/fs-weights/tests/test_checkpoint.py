@@ -16,6 +16,7 @@ from fs_weights import (
     save_safetensors,
     write_random_checkpoint,
 )
+from fs_weights.model_dir import MARKER
 from fs_weights.random_checkpoint import random_tensor
 
 
@@ -30,7 +31,7 @@ def test_parameter_count_of_qwen3_0_6b():
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 def test_random_checkpoint_roundtrip(tmp_path, tiny, dtype):
     d = write_random_checkpoint(tmp_path / "m", tiny, seed=3, dtype=dtype)
-    assert {p.name for p in d.iterdir()} == {"config.json", "generation_config.json", "model.safetensors"}
+    assert {p.name for p in d.iterdir()} == {"config.json", "generation_config.json", "model.safetensors", MARKER}
     assert load_config(d) == tiny.replace(torch_dtype=dtype)
     ck = Checkpoint.open(d)
     report = cross_check(load_config(d), ck, strict=True)

@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from fs_weights import Checkpoint, WeightsError, preset, quantize, write_random_checkpoint
+from fs_weights import Checkpoint, WeightsError, load_config, preset, quantize, write_random_checkpoint
 from fs_weights.cli import main
 from fs_weights.convert import convert_checkpoint
 from fs_weights.dtypes import from_float32, to_float32
@@ -64,8 +64,24 @@ def test_an_existing_output_is_kept_unless_overwrite(src, tmp_path):
     with pytest.raises(WeightsError, match="not empty"):
         convert_checkpoint(src, tmp_path / "out")
     assert (tmp_path / "out" / "mine.txt").read_text() == "keep"
-    convert_checkpoint(src, tmp_path / "out", overwrite=True)
-    assert not (tmp_path / "out" / "mine.txt").exists()
+    with pytest.raises(WeightsError, match="was not written by fs-weights"):  # a user's directory, overwrite or not
+        convert_checkpoint(src, tmp_path / "out", overwrite=True)
+    assert (tmp_path / "out" / "mine.txt").read_text() == "keep"
+    convert_checkpoint(src, tmp_path / "fs", dtype="float16")
+    with pytest.raises(WeightsError, match="not empty"):
+        convert_checkpoint(src, tmp_path / "fs")
+    convert_checkpoint(src, tmp_path / "fs", overwrite=True)  # what fs wrote, it may replace
+    assert load_config(tmp_path / "fs").torch_dtype != "float16"
+
+
+def test_an_output_that_is_contains_or_lies_inside_the_source_is_refused(tmp_path, tiny):
+    parent = tmp_path / "parent"
+    model = write_random_checkpoint(parent / "model", tiny)
+    (parent / "sibling.txt").write_text("keep")
+    for out, how in ((parent, "contains"), (model, "is"), (model / "sub", "lies inside")):
+        with pytest.raises(WeightsError, match=f"the output {how} the source"):
+            convert_checkpoint(model, out, overwrite=True)
+    assert (parent / "sibling.txt").read_text() == "keep" and (model / "config.json").is_file()
 
 
 def test_an_interrupted_conversion_leaves_nothing(src, tmp_path):

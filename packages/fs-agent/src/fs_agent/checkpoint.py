@@ -3,7 +3,10 @@
 import hashlib
 import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+from fs_weights.atomic import atomic_output
 
 from .protocol import AgentError
 
@@ -95,10 +98,6 @@ def create_checkpoint(task: str, messages: list[dict[str, str]], model: ModelChe
 
 def save_agent_checkpoint(cp: AgentCheckpoint, path: Any) -> None:
     """Persist a checkpoint as its canonical identity JSON plus the id (atomic write)."""
-    import os
-    import tempfile
-    from pathlib import Path
-
     target = Path(path)
     body = {
         "checkpoint_id": cp.checkpoint_id,
@@ -106,14 +105,8 @@ def save_agent_checkpoint(cp: AgentCheckpoint, path: Any) -> None:
         "messages": [list(m) for m in cp.messages],
         "model": cp.model.to_dict(),
     }
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(body, f, sort_keys=True, indent=2)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_output(target, mode=0o600, error=AgentError) as f:
+        f.write(json.dumps(body, sort_keys=True, indent=2).encode("utf-8"))
 
 
 def load_agent_checkpoint(path: Any) -> AgentCheckpoint:

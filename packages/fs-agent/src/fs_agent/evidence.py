@@ -3,12 +3,12 @@ asks for byte ranges through a virtual path."""
 
 import hashlib
 import json
-import os
 import re
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from fs_weights.atomic import atomic_output
 
 from .protocol import AgentError, ToolAction
 
@@ -62,13 +62,8 @@ class ArtifactStore:
                 if path.read_bytes() != data:
                     raise AgentError("artifact contents conflict with their identity")
             else:
-                fd, tmp = tempfile.mkstemp(dir=self.root, prefix=".artifact-", suffix=".tmp")
-                try:
-                    with os.fdopen(fd, "wb") as f:
-                        f.write(data)
-                    os.replace(tmp, path)
-                finally:
-                    Path(tmp).unlink(missing_ok=True)
+                with atomic_output(path, mode=0o600, error=AgentError) as f:
+                    f.write(data)
         except OSError:
             raise AgentError("could not store tool-result artifact") from None
         self._refs[ref.artifact_id] = ref

@@ -17,11 +17,11 @@ import hashlib
 import json
 import os
 import secrets
-import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from fs_weights.atomic import atomic_output
 from fs_weights.jsonfile import parse_json
 
 from .protocol import AgentError
@@ -174,16 +174,8 @@ class ReceiptStore:
         assert self.path is not None
         body = {"format": FORMAT, "log_id": self.log_id, "count": self.count, "head": self.head}
         target = anchor_path(self.path)
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w", encoding="ascii") as f:
-                f.write(json.dumps(body, sort_keys=True) + "\n")
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, target)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        with atomic_output(target, mode=0o600, durable=True, error=AgentError) as f:
+            f.write((json.dumps(body, sort_keys=True) + "\n").encode("ascii"))
 
     def __contains__(self, call_id: str) -> bool:
         return call_id in self._receipts
@@ -246,11 +238,7 @@ def repair_log(path: Path) -> int:
     keep = data[: data.rfind(b"\n") + 1]
     if len(keep) == len(data):
         return 0
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "wb") as f:
+    with atomic_output(path, mode=0o600, durable=True, error=AgentError) as f:
         f.write(keep)
-        os.fsync(f.fileno())
-    os.chmod(tmp, 0o600)
-    os.replace(tmp, path)
     ReceiptStore(path)  # what is left must verify
     return len(data) - len(keep)

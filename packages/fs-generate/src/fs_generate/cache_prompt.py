@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+from fs_weights.atomic import check_replaceable
 from fs_weights.command_line import progress_bar, run_main
 from fs_weights.jsonfile import decode_utf8
 
@@ -49,6 +50,7 @@ def _run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if not out.parent.is_dir():
         raise GenerateError(f"--out: no such directory {out.parent}")
+    check_replaceable(out, GenerateError)  # before the prefill: --out /dev/full is refused, not replaced
     if args.ignore_chat_template and args.system is not None:
         raise GenerateError("--system-prompt needs the chat template; drop --ignore-chat-template")
     model, tok = load_from_args(args)

@@ -14,6 +14,7 @@ from typing import TextIO
 
 from fs_weights.atomic import write_atomic
 from fs_weights.command_line import non_negative_float, non_negative_int, positive_int, run_main
+from fs_weights.errors import WeightsError
 
 from . import __version__
 from .chat_session import ChatSession
@@ -59,6 +60,9 @@ def _run(args: argparse.Namespace) -> int:
         except EOFError:
             print(file=out)
             return 0
+        except UnicodeDecodeError as e:  # one bad line (a pasted Latin-1 file) must not end the conversation
+            print(f"error: that line is not valid UTF-8 (byte {e.start}); nothing was sent - type it again", file=out)
+            continue
         except KeyboardInterrupt:
             print("\n(Ctrl-D or /quit to leave)", file=out)
             continue
@@ -79,10 +83,11 @@ def _read_line(prompt: str, out: TextIO) -> str:
     if sys.stdin.isatty():
         while not select.select([sys.stdin], [], [], 0.1)[0]:
             pass
-    line = sys.stdin.readline()
-    if not line:
+    stream = getattr(sys.stdin, "buffer", None)  # bytes, so a line that is not UTF-8 is refused alone
+    raw = stream.readline() if stream is not None else sys.stdin.readline().encode("utf-8", "surrogateescape")
+    if not raw:
         raise EOFError
-    return line.rstrip("\n")
+    return raw.decode("utf-8").rstrip("\n")
 
 
 def _answer(chat: ChatSession, text: str, out: TextIO, verbose: bool) -> None:
@@ -123,6 +128,8 @@ def _command(chat: ChatSession, line: str, out: TextIO) -> bool:
             write_atomic(rest, json.dumps({"messages": chat.messages}, ensure_ascii=False, indent=2) + "\n")
         except OSError as e:
             print(f"error: cannot write {rest}: {e.strerror}", file=out)
+        except WeightsError as e:  # the target exists and is not a regular file (a device, a FIFO)
+            print(f"error: {e}", file=out)
         else:
             print(f"[saved {len(chat.messages)} messages to {rest}]", file=out)
     else:

@@ -17,6 +17,7 @@ from fs_tokenizer import TokenizerError
 from fs_weights import WeightsError
 from fs_weights.command_line import non_negative_float, non_negative_int, positive_float, positive_int, run_main
 from fs_weights.jsonfile import decode_utf8
+from fs_weights.regular_file import read_regular
 
 from . import __version__
 from .chat_prompt import rest_of_turn, whole_turn
@@ -164,9 +165,9 @@ def _eos(args: argparse.Namespace, model: Any, tok: Any) -> list[int] | None:
 
 def _read(path: Path, flag: str) -> str:
     try:
-        return decode_utf8(path.read_bytes(), str(path), GenerateError)
-    except OSError as e:
-        raise GenerateError(f"{flag}: cannot read {path}: {e.strerror}") from None
+        return decode_utf8(read_regular(path, GenerateError), str(path), GenerateError)
+    except GenerateError as e:
+        raise GenerateError(f"{flag}: {e}") from None
 
 
 def _run(args: argparse.Namespace) -> int:

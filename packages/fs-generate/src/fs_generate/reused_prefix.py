@@ -76,6 +76,8 @@ def load_prompt(path: str | os.PathLike[str], model: CausalLM, tokenizer: Any) -
     tokens, layers, _ = load_prompt_cache(path, kv_identity(model, tokenizer))
     if len(layers) != model.config.num_hidden_layers:
         raise GenerateError(f"{path}: {len(layers)} layers, the model has {model.config.num_hidden_layers}")
+    if tokens and max(tokens) >= model.config.vocab_size:
+        raise GenerateError(f"{path}: token id {max(tokens)} is outside the model's {model.config.vocab_size} ids")
     if getattr(model, "backend", "") == "mlx":
         layers = [(_mlx(k), _mlx(v)) for k, v in layers]
     return KVPrefix(tokens, layers)

@@ -2,11 +2,19 @@
 
 Layout: ``tokens`` (I64 [n]), ``layer.{i}.keys`` / ``layer.{i}.values`` ([B, H, n, D]; bfloat16 stored as its
 U16 bits), and ``__metadata__`` with ``fs_identity`` (the caller's identity string), ``fs_format``, ``fs_layers``
-and ``fs_dtype``. Written atomically.
+and ``fs_dtype``, and ``fs_digest``: one SHA-256 over the token ids and every layer's K and V bytes, so ids edited
+with their K/V kept (or K/V edited under their ids) are refused, not silently continued from. Values are bounded
+too: a K/V entry that is NaN, infinite or beyond ``LIMIT`` is refused (what a float16 cache can hold; real Qwen3
+activations stay far below it, and 1e30 in a key turns every attention score into Inf).
+
+Written atomically, and only over a regular file: ``--out /dev/full`` is refused, not replaced by a plain file.
+This is the rule of ``fs_weights.atomic``, restated here because fs-kvcache depends on no other fs package.
 """
 
+import hashlib
 import json
 import os
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -16,7 +24,8 @@ import numpy as np
 from .arrays import is_mlx
 from .errors import KVCacheError
 
-FORMAT = "fs-prompt-cache/1"
+FORMAT = "fs-prompt-cache/2"  # 2: fs_digest binds the token ids to the K/V
+LIMIT = 65504.0  # the largest float16
 
 
 def _to_numpy(x: Any) -> tuple[np.ndarray, str]:
@@ -54,8 +63,19 @@ def save_prompt_cache(
         "fs_format": FORMAT,
         "fs_layers": str(len(state)),
         "fs_dtype": dtypes.pop() if dtypes else "float32",
+        "fs_digest": _digest(
+            tensors["tokens"], [(tensors[f"layer.{i}.keys"], tensors[f"layer.{i}.values"]) for i in range(len(state))]
+        ),
     }
     target = Path(path)
+    try:
+        st = os.stat(target)
+    except FileNotFoundError:
+        st = None
+    except (OSError, ValueError) as e:
+        raise KVCacheError(f"{target}: cannot write: {getattr(e, 'strerror', None) or e}") from None
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        raise KVCacheError(f"{target}: exists and is not a regular file; fs replaces only regular files")
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     os.close(fd)
     try:
@@ -80,7 +100,11 @@ def load_prompt_cache(
         with safe_open(str(path), framework="numpy") as f:
             meta = f.metadata() or {}
             if meta.get("fs_format") != FORMAT:
-                raise KVCacheError(f"{path}: not a prompt-cache file (format {meta.get('fs_format')!r})")
+                old = str(meta.get("fs_format", "")).startswith("fs-prompt-cache/")
+                raise KVCacheError(
+                    f"{path}: not a prompt-cache file (format {meta.get('fs_format')!r})"
+                    + ("; it was written by an older fs: make it again" if old else "")
+                )
             if meta.get("fs_identity") != identity:
                 raise KVCacheError(
                     f"{path}: made for {meta.get('fs_identity')!r}, not {identity!r}; refusing to load it"
@@ -95,15 +119,27 @@ def load_prompt_cache(
     except Exception as e:  # the safetensors library's own errors carry no common base beyond these
         raise KVCacheError(f"{path}: not a readable prompt-cache file: {type(e).__name__}: {e}") from None
     _check_state(path, tokens, layers, DTYPES[dtype])
+    if meta.get("fs_digest") != _digest(tokens, layers):
+        raise KVCacheError(
+            f"{path}: fs_digest does not match the token ids and K/V stored: the file was edited or damaged"
+        )
     return tokens.tolist(), layers, dtype
+
+
+def _digest(tokens: np.ndarray, layers: list[tuple[np.ndarray, np.ndarray]]) -> str:
+    h = hashlib.sha256(np.ascontiguousarray(tokens, "<i8").tobytes())
+    for k, v in layers:
+        h.update(np.ascontiguousarray(k).tobytes())
+        h.update(np.ascontiguousarray(v).tobytes())
+    return h.hexdigest()
 
 
 DTYPES = {"bfloat16": np.uint16, "float16": np.float16, "float32": np.float32}
 
 
 def _check_state(path: Any, tokens: np.ndarray, layers: list[tuple[np.ndarray, np.ndarray]], dtype: type) -> None:
-    """Shapes agree, token ids are non-negative, and every K/V value is finite: a NaN loaded into a cache would
-    silently turn every later token into the same garbage."""
+    """Shapes agree, token ids are non-negative, and every K/V value is finite and within ``LIMIT``: a NaN loaded
+    into a cache would silently turn every later token into the same garbage."""
     if tokens.dtype != np.int64 or tokens.ndim != 1 or (tokens < 0).any():
         raise KVCacheError(f"{path}: 'tokens' must be a 1-D int64 array of token ids")
     first = layers[0][0].shape
@@ -114,9 +150,13 @@ def _check_state(path: Any, tokens: np.ndarray, layers: list[tuple[np.ndarray, n
                 raise KVCacheError(
                     f"{where}: {x.dtype} {x.shape}, expected {np.dtype(dtype)} [B, H, {tokens.size}, D] like layer 0"
                 )
-            bad = (x & 0x7F80) == 0x7F80 if dtype is np.uint16 else ~np.isfinite(x)
-            if bad.any():
-                raise KVCacheError(f"{where}: holds NaN or infinite values; refusing to load it")
+            values = (x.astype(np.uint32) << 16).view(np.float32) if dtype is np.uint16 else x
+            big = np.abs(values).max(initial=0.0)
+            if not big <= LIMIT:  # NaN compares false
+                raise KVCacheError(
+                    f"{where}: holds {'NaN' if np.isnan(big) else big} (|K/V| must be finite and at most {LIMIT:g});"
+                    " refusing to load it"
+                )
 
 
 def identity_string(**parts: Any) -> str:

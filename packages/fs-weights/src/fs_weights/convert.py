@@ -43,9 +43,7 @@ def convert_checkpoint(
 ) -> Path:
     """Write ``src`` (a model directory) to ``out``; ``dtype`` defaults to the source's float dtype."""
     src_dir, target = Path(src), Path(out)
-    if src_dir.resolve() == target.resolve():
-        raise WeightsError(f"{target}: the output must not be the source directory")
-    check_target(target, overwrite)
+    check_target(target, overwrite, source=src_dir)
     raw = read_json(src_dir / "config.json")
     if not isinstance(raw, dict):
         raise WeightsError(f"{src_dir / 'config.json'}: must be a JSON object")

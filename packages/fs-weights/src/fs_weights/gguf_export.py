@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from .atomic import current_umask
+from .atomic import check_replaceable, current_umask
 from .checkpoint import Checkpoint
 from .config import load_config
 from .errors import WeightsError
@@ -50,6 +50,7 @@ def write_gguf(
     src_dir, target = Path(src), Path(out)
     c = load_config(src_dir)
     qtype = gguf.GGMLQuantizationType[ggml_type]
+    check_replaceable(target)
     tmp = target.with_name(f".{target.name}.tmp")
     try:
         with Checkpoint.open(src_dir) as ckpt:

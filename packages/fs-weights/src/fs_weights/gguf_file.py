@@ -14,7 +14,6 @@ second rounding. Any other type (the K-quants, IQ*) is refused by name.
 
 import mmap
 import os
-import stat
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,7 @@ import numpy as np
 from .checkpoint import Checkpoint
 from .errors import WeightsError
 from .gguf_header import GGUFFormatError, GGUFHeader, GGUFTensor, parse_header
+from .regular_file import open_regular
 from .safetensors import TensorInfo
 
 BLOCK = {  # GGUF block tensor -> HF name under model.layers.N
@@ -58,28 +58,12 @@ def hf_name(gguf_name: str) -> str:
 _LAST: dict[tuple[int, int, int, int], GGUFHeader] = {}
 
 
-def _open_regular(path: Path) -> tuple[int, int]:
-    """(fd, size) of ``path``, refused unless it is a regular file: a FIFO would block the reader forever and a
-    device has no size to check against. ``O_NONBLOCK`` makes opening a FIFO return at once, so it is refused."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except FileNotFoundError:
-        raise WeightsError(f"{path}: no such file") from None
-    except (OSError, ValueError) as e:  # ValueError: a NUL byte in the path
-        raise WeightsError(f"{path}: cannot read: {getattr(e, 'strerror', None) or e}") from None
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode):
-        os.close(fd)
-        raise WeightsError(f"{path}: not a regular file (a FIFO, device or socket); a GGUF model is a file")
-    return fd, st.st_size
-
-
 class GGUFFile:
     """The tensors of one GGUF file, shaped like ``SafetensorsFile`` for ``Checkpoint``."""
 
     def __init__(self, path: str | os.PathLike[str]):
         self.path = Path(path)
-        fd, size = _open_regular(self.path)
+        fd, size = open_regular(self.path)
         self._fd: int | None = fd
         self._map: mmap.mmap | None = None
         try:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import WeightsError
+from .regular_file import read_regular
 
 MAX_DEPTH = 64  # real config / index / tokenizer files nest at most 6 levels
 
@@ -38,13 +39,7 @@ def decode_utf8(data: bytes, source: str, error: type[Exception] = WeightsError)
 
 def read_json(path: str | Path, error: type[Exception] = WeightsError) -> Any:
     """``parse_json`` of the file at ``path``; a missing or unreadable file is ``error`` too."""
-    try:
-        data = Path(path).read_bytes()
-    except FileNotFoundError:
-        raise error(f"{path}: file not found") from None
-    except (OSError, ValueError) as e:  # ValueError: a path with a NUL byte
-        raise error(f"{path}: cannot read: {getattr(e, 'strerror', None) or e}") from None
-    return parse_json(data, str(path), error)
+    return parse_json(read_regular(path, error), str(path), error)
 
 
 def check_depth(value: Any, source: str, error: type[Exception] = WeightsError, limit: int = MAX_DEPTH) -> None:

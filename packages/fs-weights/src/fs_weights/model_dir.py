@@ -4,6 +4,10 @@
 finishes, so an interrupted write never leaves a half model where a loader would find it. Shards follow the HF
 layout: one ``model.safetensors``, or ``model-0000k-of-0000n.safetensors`` plus ``model.safetensors.index.json``
 when the tensors exceed ``max_bytes``.
+
+What ``overwrite`` may replace: only a directory fs itself wrote, which ``building`` marks with ``MARKER`` (a small
+JSON file). A directory of the user's - a source checkpoint, a home directory - is never deleted, overwrite or
+not, and an output that is, contains or lies inside the source is refused before anything is read.
 """
 
 import contextlib
@@ -32,12 +36,30 @@ TOKENIZER_FILES = (
     "chat_template.jinja",
 )
 DEFAULT_SHARD_BYTES = 2 * 1024**3
+MARKER = ".written-by-fs-weights.json"  # in every directory ``building`` makes: what ``overwrite`` may replace
 Layout = dict[str, tuple[tuple[int, ...], str]]  # tensor name -> (shape, safetensors dtype code), in file order
 
 
-def check_target(out: Path, overwrite: bool) -> None:
-    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not overwrite:
+def check_target(out: Path, overwrite: bool, source: Path | None = None) -> None:
+    """Refuse an output that would destroy what fs did not write, before any work is done."""
+    if source is not None:
+        src, dst = source.resolve(), out.resolve()
+        if dst == src or src in dst.parents or dst in src.parents:
+            how = "is" if dst == src else "lies inside" if src in dst.parents else "contains"
+            raise WeightsError(f"{out}: the output {how} the source {source}; choose a directory beside it")
+    if not (out.exists() or out.is_symlink()):
+        return
+    if out.is_symlink() or not out.is_dir():
+        raise WeightsError(f"{out}: exists and is not a directory fs wrote; remove it yourself or choose another")
+    if not any(out.iterdir()):
+        return
+    if not overwrite:
         raise WeightsError(f"{out}: exists and is not empty (pass overwrite to replace it)")
+    if not (out / MARKER).is_file():
+        raise WeightsError(
+            f"{out}: exists and was not written by fs-weights (no {MARKER}); overwrite replaces only what fs "
+            "wrote - remove it yourself or choose another directory"
+        )
 
 
 @contextlib.contextmanager
@@ -46,6 +68,7 @@ def building(out: Path) -> Iterator[Path]:
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp"))
     try:
         yield tmp
+        (tmp / MARKER).write_text(json.dumps({"written_by": "fs-weights"}) + "\n")
         os.chmod(tmp, 0o777 & ~current_umask())
         if out.exists():
             shutil.rmtree(out) if out.is_dir() else out.unlink()

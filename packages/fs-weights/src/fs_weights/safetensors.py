@@ -8,7 +8,6 @@ import json
 import math
 import mmap
 import os
-import tempfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from itertools import pairwise
@@ -16,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .atomic import current_umask
+from .atomic import atomic_output
 from .dtypes import STORAGE
 from .errors import SafetensorsError
 from .jsonfile import parse_json
@@ -216,20 +215,13 @@ def write_safetensors(
     blob = json.dumps(header, separators=(",", ":")).encode()
     blob += b" " * (-len(blob) % 8)  # keep the data buffer 8-byte aligned, as the reference writer does
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(len(blob).to_bytes(8, "little") + blob)
-            for name, (shape, code) in layout.items():
-                arr = np.ascontiguousarray(produce(name), dtype=STORAGE[code])
-                if arr.shape != tuple(shape):
-                    raise SafetensorsError(f"{path}: tensor {name!r} produced shape {arr.shape}, expected {shape}")
-                arr.tofile(f)
-        os.chmod(tmp, 0o666 & ~current_umask())  # mkstemp creates 0600; a checkpoint is ordinary data
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_output(path, error=SafetensorsError) as f:
+        f.write(len(blob).to_bytes(8, "little") + blob)
+        for name, (shape, code) in layout.items():
+            arr = np.ascontiguousarray(produce(name), dtype=STORAGE[code])
+            if arr.shape != tuple(shape):
+                raise SafetensorsError(f"{path}: tensor {name!r} produced shape {arr.shape}, expected {shape}")
+            arr.tofile(f)
 
 
 def _code(name: str, arr: np.ndarray) -> str:
