@@ -14,6 +14,12 @@ Off the critical path: after ``accept`` the next mask is computed on a worker th
 while the next forward pass runs, so ``mask`` usually only waits for work already done. The result is the same
 mask either way; ``PREFETCH = False`` computes it in line (the benchmark's baseline).
 
+Refused at submit, as the request's ``ConstraintError`` (``kind`` names which field): what llguidance will not
+compile, a schema nested deeper than ``MAX_DEPTH``, and a constraint that admits no output at all (a regex that
+matches nothing, a schema whose ``$ref`` only refers to itself): its first mask is computed before the request is
+queued, and one that allows nothing but EOS where the grammar cannot yet end would return empty text as if the
+model had chosen it. A mask that fails mid-way fails only its request, with the same error class.
+
 JSON schemas compile with compact whitespace (``{"a":1}``): with llguidance's flexible default a small model
 filled its budget with spaces and newlines (the structured-output issue measured 0 of 9 outputs complete at 96
 tokens, 9 of 9 with compact whitespace).
@@ -26,12 +32,15 @@ from typing import Any
 
 import numpy as np
 
-from .errors import GenerateError
+from fs_weights.jsonfile import check_depth
+
+from .errors import ConstraintError, GenerateError
 
 _VIEWS: dict[tuple[str, int, tuple[int, ...]], Any] = {}  # building one costs ~1.4 s: once per tokenizer
 _LOCK = threading.Lock()
 PREFETCH = True  # compute the next mask while the forward pass runs (one worker: a mask is ~0.05-3 ms)
 _POOL = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fs-mask")
+MAX_DEPTH = 64  # JSON nesting of a schema: real ones stay under 10; Python's json recursion gives out near 1,000
 
 
 def _view(tokenizer: Any, vocab_size: int, eos: tuple[int, ...]) -> Any:
@@ -57,19 +66,24 @@ def compile_grammar(json_schema: Any = None, regex: str | None = None, grammar: 
         return None
     try:
         if json_schema is not None:
+            if not isinstance(json_schema, str):
+                check_depth(json_schema, "json_schema", ConstraintError, MAX_DEPTH)
             text = json_schema if isinstance(json_schema, str) else json.dumps(json_schema)
-            json.loads(text)
+            check_depth(json.loads(text), "json_schema", ConstraintError, MAX_DEPTH)
             out = llguidance.LLMatcher.grammar_from_json_schema(text, defaults={"whitespace_flexible": False})
         elif regex is not None:
             if not isinstance(regex, str):
-                raise GenerateError(f"regex must be a str, got {type(regex).__name__}")
+                raise ConstraintError(f"regex must be a str, got {type(regex).__name__}", "regex")
             out = llguidance.LLMatcher.grammar_from_regex(regex)
         else:
             if not isinstance(grammar, str):
-                raise GenerateError(f"grammar must be Lark text (a str), got {type(grammar).__name__}")
+                raise ConstraintError(f"grammar must be Lark text (a str), got {type(grammar).__name__}", "grammar")
             out = llguidance.LLMatcher.grammar_from_lark(grammar)
-    except (ValueError, TypeError) as e:  # json.loads, or llguidance refusing the text outright
-        raise GenerateError(f"invalid {given[0]}: {e}") from None
+    except ConstraintError as e:
+        e.kind = given[0]
+        raise
+    except (ValueError, TypeError, RecursionError) as e:  # json.loads, or llguidance refusing the text outright
+        raise ConstraintError(f"invalid {given[0]}: {e}", given[0]) from None
     check(str(out), None, given[0])
     return str(out)
 
@@ -81,7 +95,7 @@ def check(grammar: str, view: Any, kind: str) -> None:
     problem = llguidance.LLMatcher.validate_grammar(grammar, view)
     if problem:  # several lines with a caret under the place: one line here, the lines kept in order
         lines = [line.strip() for line in problem.splitlines() if line.strip()]
-        raise GenerateError(f"invalid {kind}: " + "; ".join(lines))
+        raise ConstraintError(f"invalid {kind}: " + "; ".join(lines), kind)
 
 
 class Constraint:
@@ -93,19 +107,33 @@ class Constraint:
         if not ends:
             raise GenerateError("constrained decoding needs an EOS id to end on (eos_token_ids is empty)")
         self.ends = frozenset(ends)
+        self.kind = kind
         view = _view(tokenizer, vocab_size, ends)
         check(grammar, view, kind)
         self.matcher = llguidance.LLMatcher(view, grammar)
         if self.matcher.is_error():
-            raise GenerateError(f"invalid {kind}: {self.matcher.get_error()}")
+            raise ConstraintError(f"invalid {kind}: {self.matcher.get_error()}", kind)
         self.vocab_size = vocab_size
         self._bits = np.zeros((vocab_size + 31) // 32, np.int32)
         self._pending: Future[None] | None = None
         self._stopped = bool(self.matcher.is_stopped())
-        self._prefetch()  # the first mask overlaps the prefill
+        self._compute()  # the first mask, here: a constraint that fails or admits nothing is refused at submit
+        self._ready = True
+        others = self._unpack()
+        others[sorted(t for t in self.ends if t < vocab_size)] = False
+        if not self.matcher.is_accepting() and not others.any():
+            raise ConstraintError(f"the {kind} admits no output (no string satisfies it)", kind)
 
     def _compute(self) -> None:
-        self.matcher.unsafe_compute_mask_ptr(self._bits.ctypes.data, self._bits.nbytes)
+        try:
+            self.matcher.unsafe_compute_mask_ptr(self._bits.ctypes.data, self._bits.nbytes)
+        except (ValueError, RuntimeError) as e:  # llguidance's limits (lexer size, fuel) reached mid-way
+            raise ConstraintError(f"the {self.kind} could not be followed: {e}", self.kind) from None
+        if self.matcher.is_error():
+            why = (self.matcher.get_error() or "").strip().splitlines() or ["unknown"]
+            if why[0].startswith("NoExtension"):  # llguidance's word for: no token can continue, none can end
+                raise ConstraintError(f"the {self.kind} admits no output (no string satisfies it)", self.kind)
+            raise ConstraintError(f"the {self.kind} could not be followed: {why[0]}", self.kind)
 
     def _prefetch(self) -> None:
         # the worker owns the matcher until _wait: touching it meanwhile is a "borrowed" error from llguidance
@@ -122,8 +150,12 @@ class Constraint:
 
     def allowed(self) -> np.ndarray:
         """bool [V]: the tokens the grammar can take next."""
-        if not self._wait():
+        if not self._wait() and not self._ready:
             self._compute()
+        self._ready = False
+        return self._unpack()
+
+    def _unpack(self) -> np.ndarray:
         return np.unpackbits(self._bits.view(np.uint8), bitorder="little")[: self.vocab_size].astype(bool)
 
     def mask(self, logits: np.ndarray) -> np.ndarray:
@@ -135,7 +167,7 @@ class Constraint:
     def accept(self, token: int) -> None:
         self._wait()  # never advance the parser under a mask still being computed
         if not self.matcher.consume_token(token):
-            raise GenerateError(f"token {token} does not fit the constraint: {self.matcher.get_error()}")
+            raise ConstraintError(f"token {token} does not fit the {self.kind}: {self.matcher.get_error()}", self.kind)
         self._stopped = bool(self.matcher.is_stopped())
         self._prefetch()
 

@@ -24,7 +24,7 @@ from typing import Any
 
 from fs_kvcache import BlockPool, BlockPrefixCache, PagedBatch, identity_string
 
-from .errors import GenerateError
+from .errors import ConstraintError, GenerateError
 from .generate import Generator
 from .kv_budget import default_kv_budget
 from .request import FINISHED, Request, RequestHandle
@@ -201,7 +201,10 @@ class Engine:
                 r.gen._t0 = now
             try:
                 step = r.gen.accept(logits[i])
-            except Exception as e:  # one request's rules failing (a constraint, a decoder) fail only it
+            except ConstraintError as e:  # the request's own constraint gave out mid-way: its fault, its error
+                self._finish(r, error=e)
+                continue
+            except Exception as e:  # one request's rules failing (a decoder) fail only it
                 self._finish(r, error=f"{type(e).__name__}: {e}")
                 continue
             r.handle._push(step)
@@ -217,7 +220,7 @@ class Engine:
             self.prefix.publish(done, r.table.blocks, self.prefix.extend_keys(r.block_keys, done))
             r.published = full
 
-    def _finish(self, r: Request, *, cancelled: bool = False, error: str | None = None) -> None:
+    def _finish(self, r: Request, *, cancelled: bool = False, error: str | GenerateError | None = None) -> None:
         self.scheduler.remove(r)
         r.state = FINISHED
         res = r.gen.result

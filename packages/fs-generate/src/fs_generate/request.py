@@ -52,7 +52,7 @@ class RequestHandle:
         self._cond = threading.Condition()
         self._steps: list[GenerationStep] = []
         self._result: Generation | None = None
-        self._error: str | None = None
+        self._error: GenerateError | None = None
         self._watchers: list[Callable[[], None]] = []
 
     # --- filled by the engine -------------------------------------------------------------------------------
@@ -64,9 +64,12 @@ class RequestHandle:
             watchers = list(self._watchers)
         self._notify(watchers)
 
-    def _finish(self, result: Generation | None, error: str | None = None) -> None:
+    def _finish(self, result: Generation | None, error: str | GenerateError | None = None) -> None:
+        """``error``: why the request failed; a ``GenerateError`` keeps its class (a ``ConstraintError`` is the
+        request's fault, anything else the server's)."""
         with self._cond:
-            self._result, self._error = result, error
+            self._result = result
+            self._error = GenerateError(error) if isinstance(error, str) else error
             self._cond.notify_all()
             watchers = list(self._watchers)
         self._notify(watchers)
@@ -111,7 +114,7 @@ class RequestHandle:
         deadline = None if timeout is None else time.monotonic() + timeout
         self._wait(lambda: False, deadline)
         if self._error is not None:
-            raise GenerateError(self._error)
+            raise self._error
         assert self._result is not None
         return self._result
 
@@ -142,7 +145,7 @@ class RequestHandle:
                 if i < len(self._steps):
                     step = self._steps[i]
                 elif self._error is not None:
-                    raise GenerateError(self._error)
+                    raise self._error
                 else:
                     return
             i += 1

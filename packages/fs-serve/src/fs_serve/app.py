@@ -24,6 +24,7 @@ from typing import Any
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -38,6 +39,7 @@ from .protocol import ChatRequest, CompletionRequest, Sampling, parse
 from .render import render_chat
 from .respond import respond, sampling_job
 from .runner import Runner
+from .transport import Framing
 
 log = logging.getLogger("fs_serve")
 
@@ -182,7 +184,8 @@ def create_app(loader: Callable[[], tuple[Any, Any]], config: ServeConfig | None
         Route("/v1/chat/completions", endpoint(chat), methods=["POST"]),
         Route("/v1/completions", endpoint(completions), methods=["POST"]),
     ]
-    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={404: not_found, 405: not_found})
+    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={404: not_found, 405: not_found},
+                    middleware=[Middleware(Framing)])  # fmt: skip
     app.state.fs = state
     return app
 

@@ -196,6 +196,10 @@ def parse(cls: type[Model], body: Any) -> Any:
     """``body`` (decoded JSON) as ``cls``, or a 400 naming the first offending field."""
     if not isinstance(body, dict):
         raise bad_request(f"the request body must be a JSON object, got {type(body).__name__}")
+    where = lone_surrogate(body)
+    if where is not None:
+        raise APIError(400, f"{where}: holds a lone UTF-16 surrogate escape (\\ud800-\\udfff unpaired), which is "
+                       "not text; send valid Unicode", param=where, code="invalid_unicode")  # fmt: skip
     try:
         return cls.model_validate(body)
     except ValidationError as e:
@@ -203,3 +207,26 @@ def parse(cls: type[Model], body: Any) -> Any:
         param = ".".join(str(p) for p in err["loc"]) or None
         msg = err["msg"].removeprefix("Value error, ")
         raise APIError(400, f"{param}: {msg}" if param else msg, param=param, code="invalid_value") from None
+
+
+def lone_surrogate(value: Any) -> str | None:
+    """The dotted path of the first string (or key) holding an unpaired surrogate, or None. JSON's ``"\\ud800"``
+    escape decodes to one; no tokenizer can encode it, and it is no character a model could have been sent."""
+    stack: list[tuple[Any, str]] = [(value, "")]
+    while stack:
+        node, path = stack.pop()
+        if isinstance(node, str):
+            if not node.isascii():
+                try:
+                    node.encode("utf-8")
+                except UnicodeEncodeError:
+                    return path or "body"
+        elif isinstance(node, dict):
+            for k, v in node.items():
+                sub = f"{path}.{k}" if path else str(k)
+                if isinstance(k, str) and lone_surrogate(k) is not None:  # the path itself is printable, escaped
+                    return sub.encode("utf-8", "backslashreplace").decode("utf-8")
+                stack.append((v, sub))
+        elif isinstance(node, list):
+            stack.extend((v, f"{path}.{i}") for i, v in enumerate(node))
+    return None

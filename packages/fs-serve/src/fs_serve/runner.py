@@ -16,6 +16,7 @@ from contextlib import suppress
 from typing import Any
 
 from fs_generate import Engine, GenerateError, Generation, GenerationStep, RequestHandle
+from fs_generate.errors import ConstraintError
 
 from .errors import APIError, bad_request
 from .metrics import Metrics
@@ -45,6 +46,8 @@ class Runner:
         except GenerateError as e:
             for h in handles:
                 h.cancel()
+            if isinstance(e, ConstraintError):
+                raise constraint_refused(e) from None
             raise bad_request(str(e)) from None
         self.in_flight += len(handles)
         with self._live_lock:
@@ -80,6 +83,8 @@ class Runner:
                         finished[i] = True
                         try:
                             result = h.result()
+                        except ConstraintError as e:  # the request's schema gave out mid-way: its fault, a 400
+                            raise constraint_refused(e) from None
                         except GenerateError as e:
                             raise APIError(500, f"generation failed: {e}", code="generation_failed") from None
                         self._count(result)
@@ -116,3 +121,12 @@ class Runner:
             live = list(self.live)
         for h in live:
             h.cancel()
+
+
+# which request field a constraint came from: response_format's schema, or the forced tool call's grammar
+CONSTRAINT_FIELDS = {"json_schema": "response_format", "regex": "response_format", "grammar": "tools"}
+
+
+def constraint_refused(e: ConstraintError) -> APIError:
+    field = CONSTRAINT_FIELDS.get(e.kind, "response_format")
+    return APIError(400, f"{field}: {e}", param=field, code="invalid_constraint")
