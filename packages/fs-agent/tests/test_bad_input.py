@@ -233,6 +233,22 @@ def test_a_missing_final_newline_is_never_glued_onto(log):
         ReceiptStore(log)
 
 
+def test_an_append_after_a_line_torn_since_opening_is_refused(log):
+    store = ReceiptStore(log)
+    good = log.read_bytes()
+    log.write_bytes(good + b'{"receipt_id": "ab')  # another writer died mid-append after this store opened
+    with pytest.raises(AgentError, match="last line is torn .* refusing to append onto it"):
+        store.put(EffectReceipt("call-9", "write_file", {"path": "f9"}, "ok", "wrote f9", ("f9",)))
+    assert log.read_bytes() == good + b'{"receipt_id": "ab'  # nothing glued on
+
+
+def test_a_receipt_line_with_a_key_twice_is_refused(log):
+    first, *rest = lines(log)
+    log.write_text(first.replace('"exit_state": "ok"', '"exit_state": "ok", "exit_state": "ok"', 1) + "".join(rest))
+    with pytest.raises(AgentError, match="line 1 .*key 'exit_state' appears twice"):
+        ReceiptStore(log)
+
+
 def test_the_anchor_is_required_and_a_crash_before_its_update_is_accepted(log):
     anchor = anchor_path(log)
     saved = anchor.read_text()

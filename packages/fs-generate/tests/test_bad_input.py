@@ -122,3 +122,54 @@ def test_threads_caps_the_kernel_pools(tiny_dir):
     )
     assert done.returncode == 0 and "threads 1" in done.stdout, done.stderr[-400:]
     assert cli("--model", str(tiny_dir), "--prompt", "hi", "--threads", "0").returncode == 2
+
+
+def test_engine_arguments_beyond_the_machine_or_the_vocabulary_are_generate_errors(loaded):
+    from fs_generate import Engine
+
+    model, tok = loaded
+    with pytest.raises(GenerateError, match="kv_budget_bytes=1000000000000000 is more than this machine's"):
+        Engine(model, tok, kv_budget_bytes=10**15)
+    engine = Engine(model, tok, kv_budget_bytes=4 << 20)
+    with pytest.raises(GenerateError, match=r"eos_token_ids \[1000000000\] are not ids of the"):
+        engine.submit("hi", max_new_tokens=2, eos_token_ids=[10**9])
+    with pytest.raises(GenerateError, match="eos_token_ids must be a list of token ids, got int"):
+        engine.submit("hi", max_new_tokens=2, eos_token_ids=5)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "constraint, words",
+    [
+        ({"regex": "[^\\x00-\\U0010FFFF]"}, "the regex admits no output"),
+        ({"json_schema": {"$defs": {"a": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"}}, "json_schema admits no output"),
+        ({"json_schema": json.loads('{"items":' * 100 + "{}" + "}" * 100)}, "nested deeper than 64 levels"),
+    ],
+)
+def test_a_constraint_that_admits_nothing_or_nests_too_deep_is_refused(loaded, constraint, words):
+    from fs_generate.errors import ConstraintError
+
+    model, tok = loaded
+    with pytest.raises(ConstraintError, match=words):
+        generate(model, tok, "hi", max_new_tokens=3, **constraint)
+
+
+def test_a_deep_schema_built_in_python_is_refused_not_a_recursion_error(loaded):
+    model, tok = loaded
+    schema: dict = {}
+    cur = schema
+    for _ in range(3000):
+        cur["items"] = {}
+        cur = cur["items"]
+    with pytest.raises(GenerateError, match="nested deeper than 64 levels"):
+        generate(model, tok, "hi", max_new_tokens=3, json_schema=schema)
+
+
+def test_file_flags_and_outputs_take_regular_files_only(tiny_dir, tmp_path):
+    import os
+
+    os.mkfifo(tmp_path / "fifo")
+    done = cli("--model", str(tiny_dir), "--prompt", "x", "--grammar", str(tmp_path / "fifo"))
+    assert done.returncode == 2 and b"is a FIFO, device or socket, not a regular file" in done.stderr
+    done = subprocess.run([sys.executable, "-m", "fs_generate.cache_prompt", "--model", str(tiny_dir), "--prompt",
+                           "x", "--out", str(tmp_path / "fifo")], capture_output=True, timeout=300)  # fmt: skip
+    assert done.returncode == 2 and b"fifo: exists and is a device, FIFO or socket" in done.stderr, done.stderr

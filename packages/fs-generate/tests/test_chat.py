@@ -106,6 +106,9 @@ def test_fs_chat_in_a_terminal(tiny_dir, tmp_path):
         t.send("/reset")
         t.expect(r"conversation reset")
         t.expect(r">> ")
+        os.write(t.master, b"caf\xe9\r")  # Latin-1 pasted into a UTF-8 terminal: said, and the session goes on
+        t.expect(r"not valid UTF-8 \(byte 3\); nothing was sent")
+        t.expect(r">> ")
         t.send("/quit")
         assert t.proc.wait(timeout=30) == 0
     finally:
@@ -148,3 +151,14 @@ def test_fs_chat_version_and_a_bad_value_before_loading(capsys):
     with pytest.raises(SystemExit) as e:
         main(["--model", "/nonexistent", "--max-tokens", "0"])
     assert e.value.code == 2 and "--max-tokens" in capsys.readouterr().err
+
+
+def test_fs_chat_through_a_pipe_survives_a_bad_line_and_a_bad_save_target(tiny_dir, tmp_path):
+    os.mkfifo(tmp_path / "fifo")
+    lines = [b"caf\xe9", b"Hello", f"/save {tmp_path / 'fifo'}".encode(), f"/save {tmp_path / 'ok.json'}".encode()]
+    done = subprocess.run([sys.executable, "-m", "fs_generate.chat_cli", "--model", str(tiny_dir), "-m", "3"],
+                          input=b"\n".join(lines) + b"\n", capture_output=True, timeout=300)  # fmt: skip
+    out = done.stdout.decode()
+    assert done.returncode == 0, done.stderr
+    assert "not valid UTF-8 (byte 3)" in out and "fifo: exists and is a device, FIFO or socket" in out
+    assert json.loads((tmp_path / "ok.json").read_text())["messages"][0] == {"role": "user", "content": "Hello"}

@@ -185,3 +185,10 @@ def test_any_tokenizer_config_value_loads_or_is_a_tokenizer_error(tmp_path, key,
     if tok.chat_template is not None:
         with contextlib.suppress(TokenizerError):
             tok.apply_chat_template(USER)
+
+
+@pytest.mark.parametrize("ids", [None, 5, 2.5, "ab", b"ab"])
+def test_decode_of_something_that_is_not_a_sequence_of_ids(tmp_path, ids):
+    tok = Tokenizer.from_pretrained(model_dir(tmp_path))
+    with pytest.raises(TokenizerError, match="decode takes a sequence of token ids, got"):
+        tok.decode(ids)

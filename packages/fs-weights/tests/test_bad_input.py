@@ -21,6 +21,7 @@ from fs_weights import (
     SafetensorsError,
     SafetensorsFile,
     WeightsError,
+    cross_check,
     load_config,
     load_generation_config,
     preset,
@@ -282,7 +283,52 @@ def test_writers_replace_only_regular_files(tmp_path):
             write_atomic(tmp_path / target, "x")
         with pytest.raises(SafetensorsError, match="not a regular file"):
             save_safetensors(tmp_path / target, {"a": np.zeros(2, np.float32)})
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["dir", "fifo"]
+    pytest.importorskip("gguf")
+    from fs_weights.gguf_export import write_gguf
+
+    src = write_random_checkpoint(tmp_path / "src", preset("tiny"))
+    with pytest.raises(WeightsError, match="fifo: exists and is a device, FIFO or socket"):
+        write_gguf(src, tmp_path / "fifo")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dir", "fifo", "src"]
     write_atomic(tmp_path / "plain", "old")
     write_atomic(tmp_path / "plain", "new")
     assert (tmp_path / "plain").read_text() == "new"
+
+
+def test_a_layer_count_far_beyond_the_tensors_is_refused_at_once(model):
+    """num_hidden_layers = 10**9 once built 11 billion expected names (MemoryError); the layers present bound it."""
+    cfg = json.loads((model / "config.json").read_text()) | {"num_hidden_layers": 10**9}
+    (model / "config.json").write_text(json.dumps(cfg))
+    with Checkpoint.open(model) as ckpt:
+        report = cross_check(load_config(model), ckpt)
+    assert not report.ok and report.problems(1) == [f"missing model.layers.{BASE_CONFIG['num_hidden_layers']}"
+                                                    "..999999999.* (every tensor)"]  # fmt: skip
+
+
+def test_duplicate_keys_are_refused_where_asked():
+    assert parse_json('{"a": 1, "a": 2}', "x.json") == {"a": 2}  # json's rule, for files others write
+    with pytest.raises(WeightsError, match="x.json: key 'a' appears twice in one object"):
+        parse_json('{"b": {"a": 1, "a": 2}}', "x.json", unique_keys=True)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_non_finite_weights_are_refused_by_tensor_and_element(tmp_path, tiny, dtype, bad, monkeypatch):
+    from fs_weights import save_safetensors
+    from fs_weights.dtypes import from_float32
+
+    d = write_random_checkpoint(tmp_path / "m", tiny, dtype=dtype)
+    with Checkpoint.open(d) as ckpt:
+        tensors = {n: np.array(ckpt.raw(n)) for n in ckpt.names()}
+        codes = {n: ckpt.info(n).dtype for n in ckpt.names()}
+    w = tensors["model.layers.1.mlp.up_proj.weight"]
+    w[3, 7] = from_float32(np.array([bad], np.float32), codes["model.layers.1.mlp.up_proj.weight"])[0]
+    save_safetensors(d / "model.safetensors", tensors, codes)
+    kind = "NaN" if np.isnan(bad) else "Inf"
+    with Checkpoint.open(d) as ckpt, pytest.raises(WeightsError) as e:
+        for n in ckpt.names():
+            ckpt.get(n)
+    assert f"tensor 'model.layers.1.mlp.up_proj.weight': element [3, 7] is {kind}" in str(e.value)
+    monkeypatch.setenv("FS_CHECK_TENSORS", "0")  # the documented way to load them anyway
+    with Checkpoint.open(d) as ckpt:
+        assert not np.isfinite(ckpt.get("model.layers.1.mlp.up_proj.weight")[3, 7])

@@ -156,8 +156,14 @@ class ReceiptStore:
         receipt = replace(receipt, prev=self.head)
         if self.path is not None:
             try:
-                fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+                fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
                 try:
+                    size = os.fstat(fd).st_size
+                    if size and os.pread(fd, 1, size - 1) != b"\n":  # torn since it was opened: never glue onto it
+                        raise AgentError(
+                            f"{self.path}: its last line is torn (no final newline); refusing to append onto it - "
+                            f"`fs-agent receipts repair {self.path}` drops the torn line"
+                        )
                     os.write(fd, receipt_line(receipt).encode("ascii"))  # one write: a kill cannot split it
                     os.fsync(fd)
                 finally:
@@ -202,7 +208,7 @@ def read_log(path: Path) -> tuple[list[EffectReceipt], dict[str, Any]]:
                 f"{where} is torn (no final newline): the last append did not finish. Refusing to append onto it; "
                 f"`fs-agent receipts repair {path}` drops the torn line"
             )
-        receipts.append(EffectReceipt.from_dict(parse_json(line, where, AgentError)))
+        receipts.append(EffectReceipt.from_dict(parse_json(line, where, AgentError, unique_keys=True)))
         offset += len(line)
     anchor = read_anchor(path) if receipts or anchor_path(path).exists() else None
     if anchor is None:

@@ -26,7 +26,7 @@ from fs_kvcache import BlockPool, BlockPrefixCache, PagedBatch, identity_string
 
 from .errors import ConstraintError, GenerateError
 from .generate import Generator
-from .kv_budget import default_kv_budget
+from .kv_budget import default_kv_budget, physical_memory
 from .request import FINISHED, Request, RequestHandle
 from .scheduler import Scheduler
 
@@ -63,13 +63,24 @@ class Engine:
             kv_budget_bytes, self.kv_budget_note = default_kv_budget(block_bytes // block_size, ctx, max_batch)
             log.info(self.kv_budget_note)
         num_blocks = kv_budget_bytes // block_bytes
+        total = physical_memory()
+        if total is not None and kv_budget_bytes > total:
+            raise GenerateError(
+                f"kv_budget_bytes={kv_budget_bytes} is more than this machine's {total} bytes of memory; "
+                "leave it unset for a quarter of the memory available"
+            )
         if num_blocks < 1:
             raise GenerateError(
                 f"kv_budget_bytes={kv_budget_bytes} holds no block: one block of {block_size} positions takes "
                 f"{block_bytes} bytes (K and V, every layer)"
             )
         self.pool = BlockPool(num_blocks, block_size)
-        self.store = model.make_kv_store(self.pool)
+        try:
+            self.store = model.make_kv_store(self.pool)
+        except MemoryError:
+            raise GenerateError(
+                f"kv_budget_bytes={kv_budget_bytes}: the K/V pool ({num_blocks} blocks) could not be allocated"
+            ) from None
         identity = identity_string(
             weights=getattr(model, "weights_digest", "") or getattr(model, "path", ""),
             kv_dtype=getattr(model, "kv_dtype", ""),
@@ -118,7 +129,7 @@ class Engine:
             min_p=min_p,
             seed=seed,
             stop=list(stop),
-            eos_token_ids=None if eos_token_ids is None else list(eos_token_ids),
+            eos_token_ids=list(eos_token_ids) if hasattr(eos_token_ids, "__iter__") else eos_token_ids,  # checked below
             repetition_penalty=repetition_penalty,
             json_schema=json_schema,
             regex=regex,

@@ -21,6 +21,14 @@ def available_memory() -> int | None:
         return None
 
 
+def physical_memory() -> int | None:
+    """Bytes of RAM in this machine (a budget beyond it can never be allocated), None when the OS does not say."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
 def default_kv_budget(token_bytes: int, context: int, max_batch: int) -> tuple[int, str]:
     """A quarter of the memory available now, capped at what ``max_batch`` full contexts could use."""
     avail = available_memory()

@@ -22,9 +22,16 @@ def model_eos_ids(model: Any, tokenizer: Any = None) -> frozenset[int]:
 def resolve_eos(model: Any, tokenizer: Any, eos_token_ids: Iterable[int] | None) -> frozenset[int]:
     if eos_token_ids is None:
         return model_eos_ids(model, tokenizer)
+    if isinstance(eos_token_ids, (str, bytes)) or not hasattr(eos_token_ids, "__iter__"):
+        raise GenerateError(f"eos_token_ids must be a list of token ids, got {type(eos_token_ids).__name__}")
     ids = list(eos_token_ids)
     if not all(type(i) is int and i >= 0 for i in ids):
         raise GenerateError(f"eos_token_ids must be non-negative ints, got {ids!r}")
+    vocab = getattr(model, "vocab_size", None)
+    if isinstance(vocab, int) and any(i >= vocab for i in ids):
+        raise GenerateError(
+            f"eos_token_ids {[i for i in ids if i >= vocab]} are not ids of the {vocab}-token vocabulary"
+        )
     return frozenset(ids)
 
 

@@ -182,6 +182,8 @@ class Tokenizer:
         return b
 
     def decode(self, ids: Iterable[int], skip_special_tokens: bool = False) -> str:
+        if isinstance(ids, (str, bytes)) or not hasattr(ids, "__iter__"):  # decode(None), decode(5), decode("ab")
+            raise TokenizerError(f"decode takes a sequence of token ids, got {type(ids).__name__}")
         out = []
         for pos, i in enumerate(ids):
             if skip_special_tokens and i in self.special_ids:

@@ -100,7 +100,7 @@ class CrossCheckReport:
         return "FAILED: " + ", ".join(parts)
 
     def problems(self, limit: int = 20) -> list[str]:
-        lines = [f"missing {n} {list(s)}" for n, s in self.missing]
+        lines = [f"missing {n} {list(s)}" if s else f"missing {n}" for n, s in self.missing]
         lines += [f"unexpected {n}" for n in self.unexpected]
         lines += [f"mis-shaped {n}: expected {list(e)}, found {list(a)}" for n, e, a in self.mismatched]
         return lines[:limit] + ([f"... and {len(lines) - limit} more"] if len(lines) > limit else [])
@@ -121,7 +121,14 @@ class CrossCheckReport:
 def cross_check(config: Qwen3Config, checkpoint: Checkpoint, *, strict: bool = False) -> CrossCheckReport:
     q = checkpoint.quantization or config.quantization
     report = CrossCheckReport(tied=config.tie_word_embeddings, quantization=q, tensors=len(checkpoint))
-    logical = expected_tensors(config)
+    # the layers present bound what is listed: num_hidden_layers = 10**9 must not build 11 billion expected names
+    present = {
+        int(n.split(".")[2]) for n in checkpoint.names() if n.startswith("model.layers.") and n.split(".")[2].isdigit()
+    }
+    listed = min(config.num_hidden_layers, max(present, default=-1) + 1)
+    logical = expected_tensors(config.replace(num_hidden_layers=listed))
+    if listed < config.num_hidden_layers:
+        report.missing.append((f"model.layers.{listed}..{config.num_hidden_layers - 1}.* (every tensor)", ()))
     for name, shape in logical.items():
         if name not in checkpoint:
             report.missing.append((name, shape))

@@ -16,12 +16,27 @@ from .regular_file import read_regular
 MAX_DEPTH = 64  # real config / index / tokenizer files nest at most 6 levels
 
 
-def parse_json(data: bytes | str, source: str, error: type[Exception] = WeightsError) -> Any:
-    """The value encoded in ``data`` (the contents of ``source``), or ``error`` naming what is wrong."""
+def parse_json(
+    data: bytes | str, source: str, error: type[Exception] = WeightsError, *, unique_keys: bool = False
+) -> Any:
+    """The value encoded in ``data`` (the contents of ``source``), or ``error`` naming what is wrong.
+    ``unique_keys``: an object with a key twice is refused (``json`` keeps the last silently) - for records whose
+    every field is signed or hashed, where two readers must not see two different values."""
     if isinstance(data, bytes):
         data = decode_utf8(data, source, error)
+    hook = None
+    if unique_keys:
+
+        def hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+            out: dict[str, Any] = {}
+            for k, v in pairs:
+                if k in out:
+                    raise error(f"{source}: key {k!r} appears twice in one object")
+                out[k] = v
+            return out
+
     try:
-        value = json.loads(data)
+        value = json.loads(data, object_pairs_hook=hook)
     except RecursionError:
         raise error(f"{source}: JSON nested deeper than {MAX_DEPTH} levels") from None
     except json.JSONDecodeError as e:
