@@ -129,7 +129,7 @@ class Engine:
             min_p=min_p,
             seed=seed,
             stop=list(stop),
-            eos_token_ids=list(eos_token_ids) if hasattr(eos_token_ids, "__iter__") else eos_token_ids,  # checked below
+            eos_token_ids=list(eos_token_ids) if isinstance(eos_token_ids, Iterable) else eos_token_ids,
             repetition_penalty=repetition_penalty,
             json_schema=json_schema,
             regex=regex,
