@@ -242,6 +242,12 @@ def test_an_append_after_a_line_torn_since_opening_is_refused(log):
     assert log.read_bytes() == good + b'{"receipt_id": "ab'  # nothing glued on
 
 
+def test_a_receipt_log_that_is_a_fifo_is_refused_not_read_or_written(tmp_path):
+    os.mkfifo(tmp_path / "log.jsonl")
+    with pytest.raises(AgentError, match="not a regular file"):
+        ReceiptStore(tmp_path / "log.jsonl")
+
+
 def test_a_receipt_line_with_a_key_twice_is_refused(log):
     first, *rest = lines(log)
     log.write_text(first.replace('"exit_state": "ok"', '"exit_state": "ok", "exit_state": "ok"', 1) + "".join(rest))

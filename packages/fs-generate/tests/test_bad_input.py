@@ -164,12 +164,14 @@ def test_a_deep_schema_built_in_python_is_refused_not_a_recursion_error(loaded):
         generate(model, tok, "hi", max_new_tokens=3, json_schema=schema)
 
 
-def test_file_flags_and_outputs_take_regular_files_only(tiny_dir, tmp_path):
+def test_file_flags_and_outputs_take_regular_files_only(tiny_dir, tmp_path, capsys):
     import os
 
+    from fs_generate.cache_prompt import main as cache_prompt
+    from fs_generate.cli import main as fs_generate
+
     os.mkfifo(tmp_path / "fifo")
-    done = cli("--model", str(tiny_dir), "--prompt", "x", "--grammar", str(tmp_path / "fifo"))
-    assert done.returncode == 2 and b"is a FIFO, device or socket, not a regular file" in done.stderr
-    done = subprocess.run([sys.executable, "-m", "fs_generate.cache_prompt", "--model", str(tiny_dir), "--prompt",
-                           "x", "--out", str(tmp_path / "fifo")], capture_output=True, timeout=300)  # fmt: skip
-    assert done.returncode == 2 and b"fifo: exists and is a device, FIFO or socket" in done.stderr, done.stderr
+    assert fs_generate(["--model", str(tiny_dir), "--prompt", "x", "--grammar", str(tmp_path / "fifo")]) == 2
+    assert "is a FIFO, device or socket, not a regular file" in capsys.readouterr().err
+    assert cache_prompt(["--model", str(tiny_dir), "--prompt", "x", "--out", str(tmp_path / "fifo")]) == 2
+    assert "fifo: exists and is a device, FIFO or socket" in capsys.readouterr().err

@@ -153,12 +153,15 @@ def test_fs_chat_version_and_a_bad_value_before_loading(capsys):
     assert e.value.code == 2 and "--max-tokens" in capsys.readouterr().err
 
 
-def test_fs_chat_through_a_pipe_survives_a_bad_line_and_a_bad_save_target(tiny_dir, tmp_path):
+def test_fs_chat_through_a_pipe_survives_a_bad_line_and_a_bad_save_target(tiny_dir, tmp_path, monkeypatch, capsys):
+    import io
+
+    from fs_generate.chat_cli import main as fs_chat
+
     os.mkfifo(tmp_path / "fifo")
     lines = [b"caf\xe9", b"Hello", f"/save {tmp_path / 'fifo'}".encode(), f"/save {tmp_path / 'ok.json'}".encode()]
-    done = subprocess.run([sys.executable, "-m", "fs_generate.chat_cli", "--model", str(tiny_dir), "-m", "3"],
-                          input=b"\n".join(lines) + b"\n", capture_output=True, timeout=300)  # fmt: skip
-    out = done.stdout.decode()
-    assert done.returncode == 0, done.stderr
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"\n".join(lines) + b"\n")))  # a pipe, not a tty
+    assert fs_chat(["--model", str(tiny_dir), "-m", "3"]) == 0
+    out = capsys.readouterr().out
     assert "not valid UTF-8 (byte 3)" in out and "fifo: exists and is a device, FIFO or socket" in out
     assert json.loads((tmp_path / "ok.json").read_text())["messages"][0] == {"role": "user", "content": "Hello"}

@@ -137,7 +137,7 @@ def bodies(draw):
     return text.encode()
 
 
-@settings(max_examples=80, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(body=bodies())
 def test_no_body_with_tools_and_schemas_gets_a_5xx(server, body):
     r = post(server, body)

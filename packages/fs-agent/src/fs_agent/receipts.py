@@ -17,12 +17,14 @@ import hashlib
 import json
 import os
 import secrets
+import stat
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from fs_weights.atomic import atomic_output
 from fs_weights.jsonfile import parse_json
+from fs_weights.regular_file import read_regular
 
 from .protocol import AgentError
 
@@ -158,7 +160,10 @@ class ReceiptStore:
             try:
                 fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
                 try:
-                    size = os.fstat(fd).st_size
+                    st = os.fstat(fd)
+                    if not stat.S_ISREG(st.st_mode):
+                        raise AgentError(f"{self.path}: not a regular file; a receipt log is appended only to a file")
+                    size = st.st_size
                     if size and os.pread(fd, 1, size - 1) != b"\n":  # torn since it was opened: never glue onto it
                         raise AgentError(
                             f"{self.path}: its last line is torn (no final newline); refusing to append onto it - "
@@ -196,10 +201,7 @@ def anchor_path(log: Path) -> Path:
 
 def read_log(path: Path) -> tuple[list[EffectReceipt], dict[str, Any]]:
     """Every receipt of the log at ``path`` and its anchor, or an ``AgentError`` naming the line and byte offset."""
-    try:
-        data = path.read_bytes()
-    except OSError as e:
-        raise AgentError(f"could not load receipt log {path}: {e.strerror or e}") from None
+    data = read_regular(path, AgentError, limit=1 << 30)  # a FIFO or device named as the log is refused, not read
     receipts, offset = [], 0
     for n, line in enumerate(data.splitlines(keepends=True), 1):
         where = f"{path}: line {n} (byte offset {offset})"
