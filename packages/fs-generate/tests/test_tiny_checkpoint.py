@@ -45,6 +45,15 @@ def test_chat_prompt_and_sampling_are_reproducible(numpy_pair):
     assert a.token_ids == b.token_ids and a.prompt_ids == ids
 
 
+_LOADED: dict = {}  # each model (and its tokenizer) loaded once for the six cases below: loading is most of a case
+
+
+def _loaded(key, make):
+    if key not in _LOADED:
+        _LOADED[key] = make()
+    return _LOADED[key]
+
+
 @pytest.mark.parity
 @pytest.mark.parametrize("backend", ["numpy", "mlx"])
 @pytest.mark.parametrize("prompt", [PROMPT, "def fibonacci(n):", "<|im_start|>user\n你好<|im_end|>\n"])
@@ -53,10 +62,10 @@ def test_greedy_ids_equal_mlx_lm(tiny_dir, reference, backend, prompt):
     mlx_lm = reference("mlx_lm")
     from mlx_lm.generate import generate_step
 
-    ref_model, ref_tok = mlx_lm.load(str(tiny_dir))
+    ref_model, ref_tok = _loaded(("mlx_lm", str(tiny_dir)), lambda: mlx_lm.load(str(tiny_dir)))
     ids = ref_tok.encode(prompt)
     want = [int(step[0]) for step in generate_step(mx.array(ids), ref_model, max_tokens=32)]
-    model, tok = load(str(tiny_dir), backend=backend, dtype="float32")
+    model, tok = _loaded((backend, str(tiny_dir)), lambda: load(str(tiny_dir), backend=backend, dtype="float32"))
     assert tok.encode(prompt) == ids
     got = generate(model, tok, prompt, max_new_tokens=32, eos_token_ids=[]).token_ids
     assert got == want
