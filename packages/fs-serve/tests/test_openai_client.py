@@ -164,3 +164,18 @@ def test_a_repeated_prompt_reports_cached_tokens(server, tiny):
     r = c.chat.completions.create(model="tiny", messages=long, max_tokens=2, temperature=0)
     n = len(rendered(tok, long))
     assert r.usage.prompt_tokens_details.cached_tokens == (n - 1) // 16 * 16  # whole blocks; the last token is fed
+
+
+def test_null_fields_are_absent_and_a_model_is_retrieved_by_id(server):
+    import httpx
+
+    body = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, "n": None,
+            "stream": None, "temperature": None, "stop": None, "logprobs": None, "tools": None}  # fmt: skip
+    r = httpx.post(f"{server.url}/v1/chat/completions", json=body, timeout=60)
+    assert r.status_code == 200 and len(r.json()["choices"]) == 1, r.text
+    r = httpx.post(f"{server.url}/v1/completions", json={"prompt": "hi", "max_tokens": 2, "echo": None, "n": None},
+                   timeout=60)  # fmt: skip
+    assert r.status_code == 200, r.text
+    assert server.client().models.retrieve("tiny").id == "tiny"
+    missing = httpx.get(f"{server.url}/v1/models/gpt-4o")
+    assert missing.status_code == 404 and missing.json()["error"]["param"] == "model"

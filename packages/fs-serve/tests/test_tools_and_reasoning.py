@@ -155,3 +155,26 @@ def test_ignore_eos_runs_to_max_tokens(scripted):
         model="tiny", messages=ASK, max_tokens=6, temperature=0, extra_body={"ignore_eos": True}
     )
     assert r.usage.completion_tokens == 6 and r.choices[0].finish_reason == "length"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_forced_call_cut_by_the_budget_is_still_a_tool_call(server, stream):
+    """A free string on a random model runs past 12 tokens: the client gets the call as far as it got, with
+    finish_reason "length", never <tool_call> text in content (what langchain and the Agents SDK would choke on)."""
+    c = server.client()
+    kw = dict(model="tiny", messages=ASK, tools=TOOLS, tool_choice="required", max_tokens=12, temperature=0)
+    if not stream:
+        ch = c.chat.completions.create(**kw).choices[0]
+        content, calls, finish = ch.message.content, ch.message.tool_calls, ch.finish_reason
+        names, arguments = [t.function.name for t in calls or []], "".join(t.function.arguments for t in calls or [])
+    else:
+        content, names, arguments, finish = "", [], "", None
+        for chunk in c.chat.completions.create(**kw, stream=True):
+            d = chunk.choices[0].delta
+            content += d.content or ""
+            for t in d.tool_calls or []:
+                names += [t.function.name] if t.function.name else []
+                arguments += t.function.arguments or ""
+            finish = chunk.choices[0].finish_reason or finish
+    assert finish == "length" and not content and "<tool_call>" not in (content or "")
+    assert len(names) == 1 and names[0] in ("get_weather", "get_time") and arguments.startswith("{")

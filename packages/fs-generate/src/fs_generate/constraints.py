@@ -20,7 +20,8 @@ matches nothing, a schema whose ``$ref`` only refers to itself): its first mask 
 queued, and one that allows nothing but EOS where the grammar cannot yet end would return empty text as if the
 model had chosen it. A mask that fails mid-way fails only its request, with the same error class.
 
-JSON schemas compile with compact whitespace (``{"a":1}``): with llguidance's flexible default a small model
+JSON schemas compile strict (``strict_schema.close_objects``: an object listing ``properties`` admits no other
+keys unless it says so) and with compact whitespace (``{"a":1}``): with llguidance's flexible default a small model
 filled its budget with spaces and newlines (the structured-output issue measured 0 of 9 outputs complete at 96
 tokens, 9 of 9 with compact whitespace).
 """
@@ -35,6 +36,7 @@ import numpy as np
 from fs_weights.jsonfile import check_depth
 
 from .errors import ConstraintError, GenerateError
+from .strict_schema import close_objects
 
 _VIEWS: dict[tuple[str, int, tuple[int, ...]], Any] = {}  # building one costs ~1.4 s: once per tokenizer
 _LOCK = threading.Lock()
@@ -68,8 +70,9 @@ def compile_grammar(json_schema: Any = None, regex: str | None = None, grammar: 
         if json_schema is not None:
             if not isinstance(json_schema, str):
                 check_depth(json_schema, "json_schema", ConstraintError, MAX_DEPTH)
-            text = json_schema if isinstance(json_schema, str) else json.dumps(json_schema)
-            check_depth(json.loads(text), "json_schema", ConstraintError, MAX_DEPTH)
+            parsed = json.loads(json_schema) if isinstance(json_schema, str) else json_schema
+            check_depth(parsed, "json_schema", ConstraintError, MAX_DEPTH)
+            text = json.dumps(close_objects(parsed))  # strict objects by default (strict_schema.py)
             out = llguidance.LLMatcher.grammar_from_json_schema(text, defaults={"whitespace_flexible": False})
         elif regex is not None:
             if not isinstance(regex, str):

@@ -18,9 +18,12 @@ tools (``tool_choice: "required"`` or a named function), the tag tokens named by
 """
 
 import json
+import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from .strict_schema import close_objects
 
 THINK, END_THINK, CALL, END_CALL = "<think>", "</think>", "<tool_call>", "</tool_call>"
 TAGS = (THINK, END_THINK, CALL, END_CALL)
@@ -62,6 +65,17 @@ def _tool_call(raw: str) -> ToolCall | None:
     if not isinstance(args, dict) or set(data) - {"name", "arguments"}:
         return None
     return ToolCall(data["name"], args, raw)
+
+
+PARTIAL = re.compile(r'\s*\{"name":"((?:[^"\\]|\\.)*)"?(?:,"arguments":(.*))?', re.DOTALL)
+
+
+def partial_call(raw: str) -> tuple[str, str]:
+    """(name, arguments text) of a call the token budget cut short, as far as it got. The forced-call grammar writes
+    compact ``{"name":"f","arguments":{...}}``, so the arguments are the text after ``"arguments":`` (an incomplete
+    JSON object, as OpenAI streams one)."""
+    m = PARTIAL.match(raw)
+    return (m.group(1), m.group(2) or "") if m else ("", "")
 
 
 class OutputParser:
@@ -152,7 +166,7 @@ def tool_call_grammar(tools: Sequence[dict[str, Any]], call_token: int, end_toke
             raise ValueError(f"every tool needs a function name, got {fn!r}")
         schema = {
             "type": "object",
-            "properties": {"name": {"const": name}, "arguments": params},
+            "properties": {"name": {"const": name}, "arguments": close_objects(params)},  # strict, as schemas are
             "required": ["name", "arguments"],
             "additionalProperties": False,
             "x-guidance": {"whitespace_flexible": False},  # compact JSON, as constraints.py compiles schemas

@@ -142,9 +142,18 @@ def create_app(loader: Callable[[], tuple[Any, Any]], config: ServeConfig | None
     async def metrics(request: Request) -> Response:
         return Response(state.metrics.text(), media_type=CONTENT_TYPE)
 
+    def card() -> dict[str, Any]:
+        return {"id": state.config.model_id, "object": "model", "created": state.created, "owned_by": "fs"}
+
     async def models(request: Request) -> Response:
-        card = {"id": state.config.model_id, "object": "model", "created": state.created, "owned_by": "fs"}
-        return JSONResponse({"object": "list", "data": [card]})
+        return JSONResponse({"object": "list", "data": [card()]})
+
+    async def one_model(request: Request) -> Response:
+        name = request.path_params["name"]
+        if name != state.config.model_id:
+            raise APIError(404, f"model {name!r} is not served here; this server has {state.config.model_id!r}",
+                           param="model", code="model_not_found")  # fmt: skip
+        return JSONResponse(card())
 
     async def chat(request: Request) -> Response:
         body = await read_json(request, state.config.max_body_bytes)
@@ -154,7 +163,13 @@ def create_app(loader: Callable[[], tuple[Any, Any]], config: ServeConfig | None
         r = render_chat(req, state.tokenizer)
         job = sampling_job(req, r.ids, state, req.top_logprobs or 0) | r.constraint
         make = lambda i: ChoiceStream(  # noqa: E731
-            i, state.tokenizer, req.stops(), chat=True, tools=r.parse_tools, in_reasoning=r.in_reasoning
+            i,
+            state.tokenizer,
+            req.stops(),
+            chat=True,
+            tools=r.parse_tools,
+            in_reasoning=r.in_reasoning,
+            forced=req.forced_tool(),
         )
         return await respond(request, state, runner, req, "chat", [job], make, req.logprobs)
 
@@ -181,6 +196,7 @@ def create_app(loader: Callable[[], tuple[Any, Any]], config: ServeConfig | None
         Route("/health", endpoint(health, auth=False), methods=["GET"]),
         Route("/metrics", endpoint(metrics), methods=["GET"]),
         Route("/v1/models", endpoint(models), methods=["GET"]),
+        Route("/v1/models/{name:path}", endpoint(one_model), methods=["GET"]),
         Route("/v1/chat/completions", endpoint(chat), methods=["POST"]),
         Route("/v1/completions", endpoint(completions), methods=["POST"]),
     ]

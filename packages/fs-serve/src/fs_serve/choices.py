@@ -17,7 +17,7 @@ from typing import Any
 
 from fs_generate import Generation, GenerationStep
 from fs_generate.stopping import StopStrings
-from fs_generate.tool_calls import CALL, END_CALL, OutputParser
+from fs_generate.tool_calls import CALL, END_CALL, OutputParser, partial_call
 
 # "cancelled" (a server shutting down cut the answer short) reads as "length": the output is incomplete
 FINISH = {"eos": "stop", "stop": "stop", "length": "length", "context": "length", "cancelled": "length"}
@@ -29,8 +29,20 @@ def token_entry(tokenizer: Any, token: int, lp: float) -> dict[str, Any]:
 
 
 class ChoiceStream:
-    def __init__(self, index: int, tokenizer: Any, stops: list[str], *, chat: bool, tools: bool, in_reasoning: bool):
-        self.index, self.tok, self.chat, self.tools = index, tokenizer, chat, tools
+    def __init__(
+        self,
+        index: int,
+        tokenizer: Any,
+        stops: list[str],
+        *,
+        chat: bool,
+        tools: bool,
+        in_reasoning: bool,
+        forced: bool = False,
+    ):
+        """``forced``: the grammar forces one tool call; cut by the budget it is still a call (partial arguments,
+        ``finish_reason: "length"``), never ``<tool_call>`` text in ``content``."""
+        self.index, self.tok, self.chat, self.tools, self.forced = index, tokenizer, chat, tools, forced
         self.stops = StopStrings(stops)
         self.parser = OutputParser(in_reasoning, tool_calls=tools) if chat else None
         self.text = ""  # everything the steps delivered
@@ -83,18 +95,21 @@ class ChoiceStream:
                 elif kind == "reasoning":
                     delta["reasoning_content"] = delta.get("reasoning_content", "") + value
                 elif kind == "tool_call":
-                    delta.setdefault("tool_calls", []).append(self._call(value))
+                    delta.setdefault("tool_calls", []).append(self._call(value.name, value.arguments_json))
+                elif self.forced and not closed:  # the budget cut the forced call: a call, as far as it got
+                    name, arguments = partial_call(value)
+                    delta.setdefault("tool_calls", []).append(self._call(name, arguments))
                 else:  # a block that is not a call: what the model wrote, tags and all
                     delta["content"] = delta.get("content", "") + CALL + value + (END_CALL if closed else "")
         if self.logprobs:
             delta["logprobs"], self.logprobs = self.logprobs, []
         return delta or None
 
-    def _call(self, call: Any) -> dict[str, Any]:
+    def _call(self, name: str, arguments: str) -> dict[str, Any]:
         self.calls += 1
         return {
             "index": self.calls - 1,
             "id": f"call_{secrets.token_hex(12)}",
             "type": "function",
-            "function": {"name": call.name, "arguments": call.arguments_json},
+            "function": {"name": name, "arguments": arguments},
         }

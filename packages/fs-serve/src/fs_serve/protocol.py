@@ -1,9 +1,9 @@
 """The request bodies fs-serve accepts, as typed objects (pydantic, strict: ``"1"`` is not an int).
 
-Unknown fields are ignored, as vLLM and llama-server do (clients send vendor extras); known fields with values
-fs cannot honour are refused with a 400 naming the field, never silently ignored (``presence_penalty: 0.5``,
-``echo: true``, ``best_of: 3``). A validation failure becomes OpenAI's error shape with ``param`` set to the
-field's dotted path (``messages.0.role``).
+JSON ``null`` is the field left out. Unknown fields are ignored, as vLLM and llama-server do (clients send vendor
+extras); known fields with values fs cannot honour are refused with a 400 naming the field, never silently ignored
+(``presence_penalty: 0.5``, ``echo: true``, ``best_of: 3``). A validation failure becomes OpenAI's error shape
+with ``param`` set to the field's dotted path (``messages.0.role``).
 """
 
 from typing import Annotated, Any, Literal
@@ -17,6 +17,13 @@ MAX_N = 16  # choices per request: each is one engine request
 
 class Model(BaseModel):
     model_config = ConfigDict(extra="ignore", strict=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_is_absent(cls, data: Any) -> Any:
+        """JSON ``null`` for any field is the field left out (OpenAI's spec marks nearly every field nullable, and
+        clients send ``"n": null``, ``"stream": null``): the default applies, a required field is still missing."""
+        return {k: v for k, v in data.items() if v is not None} if isinstance(data, dict) else data
 
 
 class StreamOptions(Model):
