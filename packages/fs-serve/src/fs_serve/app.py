@@ -39,6 +39,7 @@ from .protocol import ChatRequest, CompletionRequest, Sampling, parse
 from .render import render_chat
 from .respond import respond, sampling_job
 from .runner import Runner
+from .tokenize import detokenize, tokenize
 from .transport import Framing
 
 log = logging.getLogger("fs_serve")
@@ -187,6 +188,16 @@ def create_app(loader: Callable[[], tuple[Any, Any]], config: ServeConfig | None
         make = lambda i: ChoiceStream(i, state.tokenizer, req.stops(), chat=False, tools=False, in_reasoning=False)  # noqa: E731
         return await respond(request, state, runner, req, "completion", jobs, make, req.logprobs is not None)
 
+    async def tokenize_route(request: Request) -> Response:
+        body = await read_json(request, state.config.max_body_bytes)
+        state.ready()
+        return JSONResponse(tokenize(body, state.tokenizer))
+
+    async def detokenize_route(request: Request) -> Response:
+        body = await read_json(request, state.config.max_body_bytes)
+        state.ready()
+        return JSONResponse(detokenize(body, state.tokenizer, state.model.vocab_size))
+
     async def not_found(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
         what = "route" if exc.status_code == 404 else "method"
@@ -199,6 +210,10 @@ def create_app(loader: Callable[[], tuple[Any, Any]], config: ServeConfig | None
         Route("/v1/models/{name:path}", endpoint(one_model), methods=["GET"]),
         Route("/v1/chat/completions", endpoint(chat), methods=["POST"]),
         Route("/v1/completions", endpoint(completions), methods=["POST"]),
+        Route("/chat/completions", endpoint(chat), methods=["POST"]),  # mlx_lm.server's and llama-server's aliases
+        Route("/completions", endpoint(completions), methods=["POST"]),
+        Route("/tokenize", endpoint(tokenize_route), methods=["POST"]),  # llama-server's (tokenize.py)
+        Route("/detokenize", endpoint(detokenize_route), methods=["POST"]),
     ]
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={404: not_found, 405: not_found},
                     middleware=[Middleware(Framing)])  # fmt: skip

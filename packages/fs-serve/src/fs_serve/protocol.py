@@ -104,6 +104,7 @@ class Sampling(Model):
 
     model: str | None = None
     max_tokens: Annotated[int, Field(ge=0)] | None = None
+    n_predict: Annotated[int, Field(ge=-1)] | None = None  # llama-server's name for max_tokens; -1: no limit
     temperature: Annotated[float, Field(ge=0.0, le=2.0)] | None = None
     top_p: Annotated[float, Field(gt=0.0, le=1.0)] | None = None
     top_k: Annotated[int, Field(ge=-1)] | None = None  # -1 or 0: off (vLLM's and llama.cpp's spellings)
@@ -132,6 +133,8 @@ class Sampling(Model):
         return [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
 
     def budget(self) -> int | None:
+        if self.max_tokens is None and self.n_predict is not None:
+            return None if self.n_predict < 0 else self.n_predict
         return self.max_tokens
 
 
@@ -163,7 +166,7 @@ class ChatRequest(Sampling):
         return self.tool_choice == "required" or isinstance(self.tool_choice, ToolChoiceFunction)
 
     def budget(self) -> int | None:
-        return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
+        return self.max_completion_tokens if self.max_completion_tokens is not None else super().budget()
 
 
 PromptIds = Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)]
