@@ -25,6 +25,7 @@ from typing import Any
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -57,6 +58,7 @@ class ServeConfig:
     defaults: dict[str, Any] = field(default_factory=dict)  # sampling defaults (generation_config.json)
     group: Any = None  # an mx.distributed group: this server is rank 0 of a tensor-parallel LockstepEngine
     watchdog_s: float = 30.0  # distributed: exit when no step completes this long (a peer died)
+    allowed_origins: list[str] = field(default_factory=list)  # CORS: browser pages on these origins may call
 
 
 class State:
@@ -215,8 +217,12 @@ def create_app(loader: Callable[[], tuple[Any, Any]], config: ServeConfig | None
         Route("/tokenize", endpoint(tokenize_route), methods=["POST"]),  # llama-server's (tokenize.py)
         Route("/detokenize", endpoint(detokenize_route), methods=["POST"]),
     ]
+    middleware = [Middleware(Framing)]
+    if state.config.allowed_origins:  # Starlette's own CORS: preflights answered before routing (and the key check)
+        middleware.append(Middleware(CORSMiddleware, allow_origins=state.config.allowed_origins,
+                                     allow_methods=["GET", "POST"], allow_headers=["*"]))  # fmt: skip
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={404: not_found, 405: not_found},
-                    middleware=[Middleware(Framing)])  # fmt: skip
+                    middleware=middleware)  # fmt: skip
     app.state.fs = state
     return app
 
