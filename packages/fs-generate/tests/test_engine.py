@@ -141,15 +141,16 @@ def test_a_shared_prefix_is_computed_once(fast):
         assert h.result().token_ids == generate(model, tok, system + p, max_new_tokens=3, eos_token_ids=[]).token_ids
 
 
-def test_nothing_leaks_after_a_thousand_requests(fast):
-    """Cancels (waiting, mid-prefill, mid-decode) and preemptions included: every block comes back."""
+def test_nothing_leaks_after_hundreds_of_requests(fast):
+    """Cancels (waiting, mid-prefill, mid-decode) and preemptions included: every block comes back. (400: a leak of
+    one block per request in any path runs a 20-block pool dry within the first few dozen; 1,000 took 12 s.)"""
     model, tok = fast
     engine = Engine(
         model, tok, max_batch=8, max_step_tokens=24, block_size=4, kv_budget_bytes=20 * model.kv_block_bytes(4)
     )
     rng = np.random.default_rng(0)
     handles = []
-    for n in range(1000):
+    for n in range(400):
         prompt = rng.integers(0, V_USED, int(rng.integers(1, 30))).tolist()
         handles.append(engine.submit(prompt, max_new_tokens=int(rng.integers(1, 6)), eos_token_ids=[]))
         if rng.random() < 0.15:
@@ -158,7 +159,7 @@ def test_nothing_leaks_after_a_thousand_requests(fast):
             engine.step()
     engine.run_until_idle()
     s = engine.stats()
-    assert s["finished"] + s["cancelled"] == 1000 and s["failed"] == 0
+    assert s["finished"] + s["cancelled"] == 400 and s["failed"] == 0
     assert s["preempted"] > 0 and s["cancelled"] > 0
     assert all(h.done for h in handles)
     assert_no_leak(engine)
