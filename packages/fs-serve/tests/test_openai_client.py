@@ -179,3 +179,21 @@ def test_null_fields_are_absent_and_a_model_is_retrieved_by_id(server):
     assert server.client().models.retrieve("tiny").id == "tiny"
     missing = httpx.get(f"{server.url}/v1/models/gpt-4o")
     assert missing.status_code == 404 and missing.json()["error"]["param"] == "model"
+
+
+def test_served_model_aliases_are_accepted_and_listed(tiny):
+    from serving import start
+
+    s = start(*tiny, model_id="tiny", aliases=("qwen3-tiny",))
+    try:
+        c = s.client()
+        assert [m.id for m in c.models.list()] == ["tiny", "qwen3-tiny"]
+        r = c.chat.completions.create(model="qwen3-tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=2)
+        assert r.model == "tiny"  # responses carry the first name, as vLLM's --served-model-name does
+        assert c.models.retrieve("qwen3-tiny").id == "qwen3-tiny"
+        import openai
+
+        with pytest.raises(openai.NotFoundError, match="this server has 'tiny', 'qwen3-tiny'"):
+            c.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}], max_tokens=2)
+    finally:
+        s.stop()

@@ -36,7 +36,7 @@ from fs_generate.warm_up import warm_up
 from .choices import ChoiceStream
 from .errors import APIError, bad_request
 from .metrics import CONTENT_TYPE, Metrics
-from .protocol import ChatRequest, CompletionRequest, Sampling, parse
+from .protocol import ChatRequest, CompletionRequest, parse
 from .render import render_chat
 from .respond import respond, sampling_job
 from .runner import Runner
@@ -48,7 +48,8 @@ log = logging.getLogger("fs_serve")
 
 @dataclass
 class ServeConfig:
-    model_id: str = "fs-demo"  # the one id /v1/models lists and requests must name (or omit)
+    model_id: str = "fs-demo"  # the id /v1/models lists first and every response carries
+    aliases: tuple[str, ...] = ()  # other names a request may give for the same model (--served-model-name A B)
     max_batch: int = 16
     max_queue: int = 64  # engine requests waiting beyond max_batch before 429
     max_step_tokens: int = 512
@@ -145,24 +146,24 @@ def create_app(loader: Callable[[], tuple[Any, Any]], config: ServeConfig | None
     async def metrics(request: Request) -> Response:
         return Response(state.metrics.text(), media_type=CONTENT_TYPE)
 
-    def card() -> dict[str, Any]:
-        return {"id": state.config.model_id, "object": "model", "created": state.created, "owned_by": "fs"}
+    names = (state.config.model_id, *state.config.aliases)
+
+    def card(name: str) -> dict[str, Any]:
+        return {"id": name, "object": "model", "created": state.created, "owned_by": "fs"}
 
     async def models(request: Request) -> Response:
-        return JSONResponse({"object": "list", "data": [card()]})
+        return JSONResponse({"object": "list", "data": [card(n) for n in names]})
 
     async def one_model(request: Request) -> Response:
         name = request.path_params["name"]
-        if name != state.config.model_id:
-            raise APIError(404, f"model {name!r} is not served here; this server has {state.config.model_id!r}",
-                           param="model", code="model_not_found")  # fmt: skip
-        return JSONResponse(card())
+        check_model(name, names)
+        return JSONResponse(card(name))
 
     async def chat(request: Request) -> Response:
         body = await read_json(request, state.config.max_body_bytes)
         req = parse(ChatRequest, body)
         runner = state.ready()
-        check_model(req, state.config.model_id)
+        check_model(req.model, names)
         r = render_chat(req, state.tokenizer)
         job = sampling_job(req, r.ids, state, req.top_logprobs or 0) | r.constraint
         make = lambda i: ChoiceStream(  # noqa: E731
@@ -180,7 +181,7 @@ def create_app(loader: Callable[[], tuple[Any, Any]], config: ServeConfig | None
         body = await read_json(request, state.config.max_body_bytes)
         req = parse(CompletionRequest, body)
         runner = state.ready()
-        check_model(req, state.config.model_id)
+        check_model(req.model, names)
         jobs = []
         for p in req.prompts():
             ids = state.tokenizer.encode(p) if isinstance(p, str) else p
@@ -254,7 +255,9 @@ async def read_json(request: Request, limit: int) -> Any:
         raise bad_request(f"the request body is not valid JSON: {e}", code="invalid_json") from None
 
 
-def check_model(req: Sampling, model_id: str) -> None:
-    if req.model and req.model != model_id:
-        raise APIError(404, f"model {req.model!r} is not served here; this server has {model_id!r}", param="model",
+def check_model(name: str | None, served: tuple[str, ...]) -> None:
+    """A request may omit the model or give any served name; another name is a 404 naming what is served."""
+    if name and name not in served:
+        have = ", ".join(map(repr, served))
+        raise APIError(404, f"model {name!r} is not served here; this server has {have}", param="model",
                        code="model_not_found")  # fmt: skip

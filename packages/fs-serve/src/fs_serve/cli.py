@@ -41,7 +41,12 @@ def positive_int(s: str) -> int:
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="fs-serve", description="An OpenAI-compatible server for Qwen3 models.")
     ap.add_argument("--model", help="model directory or Hugging Face id (default: the shipped demo model)")
-    ap.add_argument("--served-model-name", help="the id clients name (default: --model as given, or fs-demo)")
+    ap.add_argument(
+        "--served-model-name",
+        nargs="+",
+        metavar="NAME",
+        help="the ids clients may name; responses carry the first (default: --model as given, or fs-demo)",
+    )
     ap.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback only)")
     ap.add_argument("--port", type=int, default=8080)
     ap.add_argument("--api-key", help="require Authorization: Bearer KEY on every route but /health")
@@ -147,7 +152,8 @@ def main(argv: list[str] | None = None) -> int:
 
         set_threads(args.threads)
     config = ServeConfig(
-        model_id=args.served_model_name or args.model or "fs-demo",
+        model_id=(args.served_model_name or [args.model or "fs-demo"])[0],
+        aliases=tuple((args.served_model_name or [])[1:]),
         max_batch=args.max_batch,
         max_queue=args.max_queue,
         max_step_tokens=args.max_step_tokens,
