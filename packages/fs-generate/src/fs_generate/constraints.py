@@ -68,8 +68,6 @@ def compile_grammar(json_schema: Any = None, regex: str | None = None, grammar: 
         return None
     try:
         if json_schema is not None:
-            if not isinstance(json_schema, str):
-                check_depth(json_schema, "json_schema", ConstraintError, MAX_DEPTH)
             parsed = json.loads(json_schema) if isinstance(json_schema, str) else json_schema
             check_depth(parsed, "json_schema", ConstraintError, MAX_DEPTH)
             text = json.dumps(close_objects(parsed))  # strict objects by default (strict_schema.py)
