@@ -38,7 +38,7 @@ SOLO: dict = {}
 
 
 def solo(model, tok, prompt, kw):
-    key = (id(model), tuple(prompt), tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in kw.items())))
+    key = (id(model), tuple(prompt), repr(sorted(kw.items())))
     if key not in SOLO:
         SOLO[key] = generate(model, tok, prompt, **kw)
     return SOLO[key]
@@ -53,6 +53,7 @@ def assert_no_leak(engine):
     assert sorted(pool._free) == list(range(pool.num_blocks))  # the free list is whole: no block twice, none lost
 
 
+PIN = {"logit_bias": {9: 4.0}}  # OpenAI's additive adjustments (penalties.py) must keep batch == solo too
 prefixes = st.sampled_from([[], list(range(100, 148)), list(range(200, 217))])
 request = st.fixed_dictionaries(
     {
@@ -64,6 +65,7 @@ request = st.fixed_dictionaries(
         "seed": st.integers(0, 3),
         "stop": st.sampled_from([(), ("e",), ("the", "a")]),
         "cancel_at": st.one_of(st.none(), st.none(), st.none(), st.integers(0, 12)),
+        "penalties": st.sampled_from([{}, {}, {"frequency_penalty": 1.5, "presence_penalty": 0.5}, PIN]),
     }
 )
 
@@ -100,7 +102,7 @@ def test_random_schedules_give_every_request_its_solo_output(
     while at <= 6 or engine.step():
         for i, r in enumerate(reqs):
             if r["arrive"] == at:
-                kw = dict(max_new_tokens=r["max_new_tokens"], stop=r["stop"], eos_token_ids=[])
+                kw = dict(max_new_tokens=r["max_new_tokens"], stop=r["stop"], eos_token_ids=[], **r["penalties"])
                 if r["sampled"]:
                     kw.update(temperature=0.9, top_k=50, seed=r["seed"])
                 kws[i] = kw

@@ -37,10 +37,19 @@ def error(r, status):
         (GOOD | {"temperature": 7}, 400, "temperature"),
         (GOOD | {"max_tokens": -1}, 400, "max_tokens"),
         (GOOD | {"n": 0}, 400, "n"),
-        (GOOD | {"stop": ""}, 400, None),
-        (GOOD | {"presence_penalty": 0.5}, 400, None),
-        (GOOD | {"top_logprobs": 3}, 400, None),
-        (GOOD | {"tool_choice": "required"}, 400, None),
+        (GOOD | {"stop": ""}, 400, "stop"),
+        (GOOD | {"presence_penalty": 2.5}, 400, "presence_penalty"),
+        (GOOD | {"logit_bias": {"the": 1}}, 400, "logit_bias"),
+        (GOOD | {"logit_bias": {"5": 101}}, 400, "logit_bias.5"),
+        (GOOD | {"logit_bias": {"999999": 1}}, 400, None),  # past the vocabulary: the engine says so
+        (GOOD | {"top_logprobs": 3}, 400, "top_logprobs"),
+        (GOOD | {"tool_choice": "required"}, 400, "tool_choice"),
+        (GOOD | {"reasoning_effort": "low"}, 400, "reasoning_effort"),  # not implemented: refused, not ignored
+        (GOOD | {"prediction": {"type": "content", "content": "x"}}, 400, "prediction"),
+        (GOOD | {"store": True}, 400, "store"),
+        (GOOD | {"grammar": 'root ::= "a"', "response_format": {"type": "json_object"}}, 400, "response_format"),
+        (GOOD | {"grammar": "root ::= ("}, 400, "grammar"),
+        (GOOD | {"json_schema": {"type": "nope"}}, 400, "json_schema"),
         (GOOD | {"response_format": {"type": "xml"}}, 400, "response_format.type"),
         (GOOD | {"response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "nope"}}}}, 400, None),
         (GOOD | {"chat_template_kwargs": {"add_generation_prompt": False}}, 400, "messages"),  # the template raises

@@ -49,3 +49,49 @@ def test_cors_answers_only_the_allowed_origins(tiny):
         assert "access-control-allow-origin" not in r.headers
     finally:
         s.stop()
+
+
+def test_penalties_and_logit_bias_are_the_engines_own(server, tiny):
+    """OpenAI's ``logit_bias`` / ``presence_penalty`` / ``frequency_penalty`` reach the engine: the answer is
+    ``fs_generate.generate``'s with the same arguments, token for token."""
+    from fs_generate import generate
+
+    model, tok = tiny
+    body = {"prompt": "The sea", "max_tokens": 12, "temperature": 0, "ignore_eos": True}
+    for extra, kw in [
+        ({"logit_bias": {"220": 100}}, {"logit_bias": {220: 100.0}}),
+        ({"logit_bias": {"220": 20}, "frequency_penalty": 2.0}, {"logit_bias": {220: 20.0}, "frequency_penalty": 2.0}),
+        ({"presence_penalty": -2, "frequency_penalty": 1.5}, {"presence_penalty": -2.0, "frequency_penalty": 1.5}),
+    ]:
+        r = post(server, "/v1/completions", body | extra)
+        want = generate(model, tok, "The sea", max_new_tokens=12, eos_token_ids=[], **kw)
+        assert r.status_code == 200 and r.json()["choices"][0]["text"] == want.text, (extra, r.text)
+    pinned = post(server, "/v1/completions", body | {"logit_bias": {"220": 100}}).json()["choices"][0]["text"]
+    assert pinned == tok.decode([220] * 12)
+
+
+def test_gbnf_grammar_and_json_schema_fields_constrain_both_endpoints(server):
+    """llama-server's ``grammar`` (GBNF) and ``json_schema`` request fields: a random model's output obeys them."""
+    import json
+
+    for path, base in [("/v1/completions", {"prompt": "Answer:"}),
+                       ("/v1/chat/completions", {"messages": [{"role": "user", "content": "ok?"}]})]:  # fmt: skip
+        body = base | {"max_tokens": 20, "temperature": 1.0, "seed": 3}
+        for seed in range(3):
+            r = post(server, path, body | {"grammar": 'root ::= ("yes" | "no") "!"', "seed": seed})
+            choice = r.json()["choices"][0]
+            text = choice.get("text", choice.get("message", {}).get("content"))
+            assert r.status_code == 200 and text in ("yes!", "no!"), r.text
+        schema = {"type": "object", "properties": {"a": {"enum": ["x", "y"]}}, "required": ["a"]}
+        r = post(server, path, body | {"json_schema": schema})
+        choice = r.json()["choices"][0]
+        text = choice.get("text", choice.get("message", {}).get("content"))
+        assert choice["finish_reason"] == "stop" and json.loads(text) in ({"a": "x"}, {"a": "y"}), text
+
+
+def test_fields_that_change_no_output_are_accepted(server):
+    body = {"prompt": "hi", "max_tokens": 2, "temperature": 0}
+    quiet = {"user": "u1", "metadata": {"run": "a"}, "store": False, "service_tier": "auto",
+             "prompt_cache_key": "k", "cache_prompt": True}  # fmt: skip
+    a, b = post(server, "/v1/completions", body), post(server, "/v1/completions", body | quiet)
+    assert b.status_code == 200 and a.json()["choices"] == b.json()["choices"], b.text

@@ -89,6 +89,19 @@ def compile_grammar(json_schema: Any = None, regex: str | None = None, grammar: 
     return str(out)
 
 
+def gbnf_to_lark(text: Any) -> str:
+    """llama.cpp's GBNF (``root ::= "yes" | "no"``) as the Lark text ``grammar=`` takes, by llguidance's converter;
+    text that is Lark already (a ``start:`` rule) passes through. A grammar it cannot read is a ``ConstraintError``."""
+    from llguidance.gbnf_to_lark import any_to_lark
+
+    if not isinstance(text, str):
+        raise ConstraintError(f"a GBNF grammar must be a str, got {type(text).__name__}", "grammar")
+    try:
+        return any_to_lark(text)
+    except Exception as e:  # the converter raises bare Exceptions ("Rule 'foo' not found")
+        raise ConstraintError(f"invalid GBNF grammar: {e}", "grammar") from None
+
+
 def check(grammar: str, view: Any, kind: str) -> None:
     """llguidance's own validation (syntax, undefined rules, bad regexes; with a tokenizer view, its tokens)."""
     import llguidance

@@ -19,7 +19,7 @@ rounding, not bit for bit (docs/engine.md).
 import logging
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from fs_kvcache import BlockPool, BlockPrefixCache, PagedBatch, identity_string
@@ -113,6 +113,9 @@ class Engine:
         stop: Sequence[str] = (),
         eos_token_ids: Iterable[int] | None = None,
         repetition_penalty: float | None = None,
+        presence_penalty: float | None = None,
+        frequency_penalty: float | None = None,
+        logit_bias: Mapping[int, float] | None = None,
         logprobs: bool = False,
         json_schema: Any = None,
         regex: str | None = None,
@@ -131,12 +134,16 @@ class Engine:
             stop=list(stop),
             eos_token_ids=list(eos_token_ids) if isinstance(eos_token_ids, Iterable) else eos_token_ids,
             repetition_penalty=repetition_penalty,
+            presence_penalty=presence_penalty,
+            frequency_penalty=frequency_penalty,
+            logit_bias=logit_bias,
             json_schema=json_schema,
             regex=regex,
             grammar=grammar,
             top_logprobs=top_logprobs,
         )
         gen = Generator(self.model, self.tokenizer, prompt, **spec)
+        spec["logit_bias"] = gen.penalties.pairs()  # checked, and JSON-safe for a lockstep peer
         with self._lock:
             self._ids += 1
             rid = self._ids

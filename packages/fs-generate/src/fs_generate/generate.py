@@ -20,6 +20,7 @@ from fs_model import CausalLM
 from .constraints import make_constraint
 from .errors import GenerateError
 from .kv_bits import KVBits
+from .penalties import Penalties
 from .reused_prefix import KVPrefix
 from .sampling import SamplingParams, choose, logprob, top_logprobs
 from .step import PREFILL_CHUNK, generate_step, last_logits, tokens_for
@@ -101,6 +102,9 @@ class Generator:
         stop: Sequence[str] = (),
         eos_token_ids: Iterable[int] | None = None,
         repetition_penalty: float | None = None,
+        presence_penalty: float | None = None,
+        frequency_penalty: float | None = None,
+        logit_bias: Any = None,
         context_limit: int | None = None,
         use_cache: bool = True,
         prefix_cache: Any = None,
@@ -123,6 +127,7 @@ class Generator:
             raise GenerateError(f"seed must be a non-negative int (or None), got {seed!r}")
         self.model, self.tokenizer = model, tokenizer
         self.params = SamplingParams(temperature, top_k, top_p, min_p, repetition_penalty)
+        self.penalties = Penalties.make(model.vocab_size, presence_penalty, frequency_penalty, logit_bias)
         self.stops = StopStrings(stop)
         self.eos = resolve_eos(model, tokenizer, eos_token_ids)
         self.prompt = prompt_ids(model, tokenizer, prompt)
@@ -176,6 +181,7 @@ class Generator:
         """The next token from ``logits [V]`` under this request's sampling parameters, seed and constraint."""
         if self.top_logprobs:  # of the raw logits, as the chosen token's logprob
             self._tops = top_logprobs(logits, self.top_logprobs)
+        logits = self.penalties.apply(logits, self.result.token_ids)  # OpenAI's bias and additive penalties
         if self.constraint is not None:
             logits = self.constraint.mask(logits)
         return choose(logits, self.params, self.rng, self.seq)

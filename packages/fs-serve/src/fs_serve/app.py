@@ -37,7 +37,7 @@ from .choices import ChoiceStream
 from .errors import APIError, bad_request
 from .metrics import CONTENT_TYPE, Metrics
 from .protocol import ChatRequest, CompletionRequest, parse
-from .render import render_chat
+from .render import constraint_of, render_chat
 from .respond import respond, sampling_job
 from .runner import Runner
 from .tokenize import detokenize, tokenize
@@ -175,21 +175,22 @@ def create_app(loader: Callable[[], tuple[Any, Any]], config: ServeConfig | None
             in_reasoning=r.in_reasoning,
             forced=req.forced_tool(),
         )
-        return await respond(request, state, runner, req, "chat", [job], make, req.logprobs)
+        return await respond(request, state, runner, req, "chat", [job], make, req.logprobs, r.constraint_field)
 
     async def completions(request: Request) -> Response:
         body = await read_json(request, state.config.max_body_bytes)
         req = parse(CompletionRequest, body)
         runner = state.ready()
         check_model(req.model, names)
+        constraint, field = constraint_of(req)
         jobs = []
         for p in req.prompts():
             ids = state.tokenizer.encode(p) if isinstance(p, str) else p
             if isinstance(p, list) and any(i >= state.model.vocab_size for i in p):
                 raise bad_request(f"prompt token ids must be below the vocabulary size {state.model.vocab_size}")
-            jobs.append(sampling_job(req, ids, state, req.logprobs or 0))
+            jobs.append(sampling_job(req, ids, state, req.logprobs or 0) | constraint)
         make = lambda i: ChoiceStream(i, state.tokenizer, req.stops(), chat=False, tools=False, in_reasoning=False)  # noqa: E731
-        return await respond(request, state, runner, req, "completion", jobs, make, req.logprobs is not None)
+        return await respond(request, state, runner, req, "completion", jobs, make, req.logprobs is not None, field)
 
     async def tokenize_route(request: Request) -> Response:
         body = await read_json(request, state.config.max_body_bytes)

@@ -1,9 +1,12 @@
 """The request bodies fs-serve accepts, as typed objects (pydantic, strict: ``"1"`` is not an int).
 
-JSON ``null`` is the field left out. Unknown fields are ignored, as vLLM and llama-server do (clients send vendor
-extras); known fields with values fs cannot honour are refused with a 400 naming the field, never silently ignored
-(``presence_penalty: 0.5``, ``echo: true``, ``best_of: 3``). A validation failure becomes OpenAI's error shape
-with ``param`` set to the field's dotted path (``messages.0.role``).
+JSON ``null`` is the field left out. A top-level field fs does not implement is refused with a 400 naming it
+(``reasoning_effort``, ``prediction``), and so is a value fs cannot honour (``best_of: 3``, ``store: true``):
+never silently ignored, so a client cannot believe it got what it asked for. Inside messages and tools unknown
+keys are ignored: clients send back the assistant messages they received, with output-only keys
+(``refusal``, ``annotations``). Fields that change no output are accepted as they are (``user``, ``metadata``,
+``service_tier``, ``prompt_cache_key``: fs caches every prefix anyway). A validation failure becomes OpenAI's
+error shape with ``param`` set to the field's dotted path (``messages.0.role``).
 """
 
 from typing import Annotated, Any, Literal
@@ -99,8 +102,14 @@ class Message(Model):
         return self.content or ""
 
 
+TokenBias = Annotated[float, Field(ge=-100.0, le=100.0, allow_inf_nan=False)]
+Penalty = Annotated[float, Field(ge=-2.0, le=2.0, allow_inf_nan=False)]
+
+
 class Sampling(Model):
-    """The fields both endpoints share."""
+    """The fields both endpoints share (and the top level, where an unknown field is refused)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     model: str | None = None
     max_tokens: Annotated[int, Field(ge=0)] | None = None
@@ -110,8 +119,9 @@ class Sampling(Model):
     top_k: Annotated[int, Field(ge=-1)] | None = None  # -1 or 0: off (vLLM's and llama.cpp's spellings)
     min_p: Annotated[float, Field(ge=0.0, le=1.0)] | None = None
     repetition_penalty: Annotated[float, Field(gt=0.0)] | None = None
-    presence_penalty: float | None = None
-    frequency_penalty: float | None = None
+    presence_penalty: Penalty | None = None  # OpenAI's additive penalties over the answer so far (penalties.py)
+    frequency_penalty: Penalty | None = None
+    logit_bias: dict[str, TokenBias] | None = None  # {"token id": bias}, ids as strings (JSON keys)
     seed: Annotated[int, Field(ge=0)] | None = None
     stop: str | Annotated[list[Annotated[str, Field(min_length=1)]], Field(max_length=16)] | None = None
     stream: bool = False
@@ -119,15 +129,28 @@ class Sampling(Model):
     n: Annotated[int, Field(ge=1, le=MAX_N)] = 1
     user: str | None = None
     ignore_eos: bool = False  # vLLM's and llama-server's extra: run to max_tokens (benchmarks)
+    grammar: Annotated[str, Field(min_length=1)] | None = None  # llama-server's GBNF (llguidance converts it)
+    json_schema: dict[str, Any] | None = None  # llama-server's schema constraint, as response_format's
+    # accepted, and changing nothing fs outputs:
+    metadata: dict[str, str] | None = None
+    service_tier: str | None = None
+    prompt_cache_key: str | None = None  # fs caches every prompt's prefix blocks
+    cache_prompt: bool | None = None  # llama-server's; the same
+    store: bool | None = None  # true asks OpenAI to keep the answer; fs keeps nothing (refused)
 
     @model_validator(mode="after")
     def _unsupported(self) -> "Sampling":
-        for name in ("presence_penalty", "frequency_penalty"):
-            if getattr(self, name) not in (None, 0, 0.0):
-                raise ValueError(f"{name} is not supported (use repetition_penalty)")
         if self.stop == "":
             raise ValueError("stop strings must be non-empty")
+        if self.store:
+            raise ValueError("store true is not supported: fs-serve keeps no responses")
+        for token in self.logit_bias or {}:
+            if not token.isdigit() or len(token) > 9:
+                raise ValueError(f"logit_bias keys must be token ids as decimal strings, got {token!r}")
         return self
+
+    def bias(self) -> dict[int, float] | None:
+        return {int(k): v for k, v in self.logit_bias.items()} if self.logit_bias else None
 
     def stops(self) -> list[str]:
         return [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
@@ -158,8 +181,12 @@ class ChatRequest(Sampling):
         named = self.tool_choice.function.name if isinstance(self.tool_choice, ToolChoiceFunction) else None
         if named is not None and named not in {t.function.name for t in self.tools or []}:
             raise ValueError(f"tool_choice names {named!r}, which is not in tools")
-        if self.response_format is not None and self.response_format.type != "text" and self.forced_tool():
-            raise ValueError("response_format and a required tool call cannot both constrain the output")
+        rf = self.response_format is not None and self.response_format.type != "text"
+        pairs = (("response_format", rf), ("grammar", self.grammar), ("json_schema", self.json_schema),
+                 ("tool_choice", self.forced_tool()))  # fmt: skip
+        given = [name for name, v in pairs if v]
+        if len(given) > 1:
+            raise ValueError(f"{given[0]} and {given[1]} cannot both constrain the output; give one")
         return self
 
     def forced_tool(self) -> bool:
@@ -216,7 +243,12 @@ def parse(cls: type[Model], body: Any) -> Any:
         err = e.errors()[0]
         param = ".".join(str(p) for p in err["loc"]) or None
         msg = err["msg"].removeprefix("Value error, ")
-        raise APIError(400, f"{param}: {msg}" if param else msg, param=param, code="invalid_value") from None
+        if err["type"] == "extra_forbidden":
+            msg = "fs-serve does not implement this field; leave it out (docs/serve.md lists every field it takes)"
+        elif param is None and msg.split(" ", 1)[0] in cls.model_fields:  # a cross-field rule names its field first
+            param = msg.split(" ", 1)[0]
+        text = msg if param is None or msg.startswith(param) else f"{param}: {msg}"
+        raise APIError(400, text, param=param, code="invalid_value") from None
 
 
 def lone_surrogate(value: Any) -> str | None:

@@ -10,17 +10,21 @@ included) and the constraint that enforces ``response_format`` or a required too
   ``"required"`` or a named function also constrains decoding to one well-formed call
   (``fs_generate.tool_calls.tool_call_grammar``), so the model cannot answer in prose instead.
 - ``response_format``: ``json_object`` -> the schema ``{"type": "object"}``; ``json_schema`` -> its schema.
+- llama-server's top-level ``json_schema`` (a schema) and ``grammar`` (GBNF, converted to Lark by llguidance),
+  on both endpoints (``constraint_of``).
 """
 
 import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from fs_generate.constraints import gbnf_to_lark
+from fs_generate.errors import ConstraintError
 from fs_generate.tool_calls import tool_call_grammar
 from fs_tokenizer import TokenizerError
 
-from .errors import bad_request
-from .protocol import ChatRequest, Message, ToolChoiceFunction
+from .errors import APIError, bad_request
+from .protocol import ChatRequest, Message, Sampling, ToolChoiceFunction
 
 
 @dataclass
@@ -28,6 +32,7 @@ class Rendered:
     ids: list[int]
     text: str
     constraint: dict[str, Any] = field(default_factory=dict)  # json_schema= or grammar= for Engine.submit
+    constraint_field: str | None = None  # the request field it came from: a compile error's 400 names it
     parse_tools: bool = False  # turn <tool_call> blocks into tool_calls
     in_reasoning: bool = False  # the prompt opened <think>: the output starts inside it
 
@@ -73,9 +78,23 @@ def render_chat(req: ChatRequest, tokenizer: Any) -> Rendered:
         call, end = tokenizer.token_to_id("<tool_call>"), tokenizer.token_to_id("</tool_call>")
         if call is None or end is None:
             raise bad_request("this model's tokenizer has no <tool_call> tokens; tool_choice cannot force a call")
-        out.constraint = {"grammar": tool_call_grammar(chosen, call, end)}
+        out.constraint, out.constraint_field = {"grammar": tool_call_grammar(chosen, call, end)}, "tools"
     elif req.response_format is not None and req.response_format.type != "text":
         rf = req.response_format
         schema = rf.json_schema.schema_ if rf.type == "json_schema" and rf.json_schema else {"type": "object"}
-        out.constraint = {"json_schema": schema or {"type": "object"}}
+        out.constraint, out.constraint_field = {"json_schema": schema or {"type": "object"}}, "response_format"
+    else:
+        out.constraint, out.constraint_field = constraint_of(req)
     return out
+
+
+def constraint_of(req: Sampling) -> tuple[dict[str, Any], str | None]:
+    """llama-server's ``json_schema`` / ``grammar`` fields as ``Engine.submit`` keywords, and the field's name."""
+    if req.json_schema is not None:
+        return {"json_schema": req.json_schema}, "json_schema"
+    if req.grammar is not None:
+        try:
+            return {"grammar": gbnf_to_lark(req.grammar)}, "grammar"
+        except ConstraintError as e:
+            raise APIError(400, f"grammar: {e}", param="grammar", code="invalid_constraint") from None
+    return {}, None

@@ -46,6 +46,9 @@ def sampling_job(req: Sampling, ids: list[int], state: "State", top_logprobs: in
         "top_k": max(0, top_k),
         "min_p": req.min_p if req.min_p is not None else d.get("min_p", 0.0),
         "repetition_penalty": req.repetition_penalty,
+        "presence_penalty": req.presence_penalty,
+        "frequency_penalty": req.frequency_penalty,
+        "logit_bias": req.bias(),
         "seed": req.seed,
         "stop": req.stops(),
         "top_logprobs": top_logprobs,
@@ -62,6 +65,7 @@ async def respond(
     jobs: list[dict[str, Any]],
     make: Callable[[int], ChoiceStream],
     logprobs: bool,
+    constraint_field: str | None = None,
 ) -> Response:
     """Submit every job's ``n`` choices, then stream their chunks or answer with the whole response."""
     arrived = time.perf_counter()
@@ -71,14 +75,14 @@ async def respond(
         for j in range(n):
             seed = job["seed"] + j if job["seed"] is not None and n > 1 else job["seed"]
             expanded.append(job | {"seed": seed})
-    handles = runner.submit(expanded)
+    handles = runner.submit(expanded, constraint_field)
     eos = resolve_eos(state.model, state.tokenizer, None)
     reply = Reply(kind, state.config.model_id, state.tokenizer, logprobs)
     streams = [make(i) for i in range(len(handles))]
     endpoint_name = "chat" if kind == "chat" else "completions"
 
     async def events() -> AsyncIterator[tuple[int, dict[str, Any] | None, str | None]]:
-        async for i, steps, result in runner.follow(handles, arrived):
+        async for i, steps, result in runner.follow(handles, arrived, constraint_field):
             delta = streams[i].feed(steps, eos) if steps else None
             if result is None:
                 if delta:

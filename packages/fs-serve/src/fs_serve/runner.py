@@ -30,8 +30,9 @@ class Runner:
         self.live: set[RequestHandle] = set()
         self._live_lock = threading.Lock()  # cancel_all may come from a signal handler's timer thread
 
-    def submit(self, jobs: list[dict[str, Any]]) -> list[RequestHandle]:
-        """Queue every job (``Engine.submit`` keyword arguments) or none: a bad one is the request's 400."""
+    def submit(self, jobs: list[dict[str, Any]], constraint_field: str | None = None) -> list[RequestHandle]:
+        """Queue every job (``Engine.submit`` keyword arguments) or none: a bad one is the request's 400 (a
+        constraint that does not compile names ``constraint_field``, the request field it came from)."""
         if self.in_flight + len(jobs) > self.capacity:
             raise APIError(
                 429,
@@ -47,7 +48,7 @@ class Runner:
             for h in handles:
                 h.cancel()
             if isinstance(e, ConstraintError):
-                raise constraint_refused(e) from None
+                raise constraint_refused(e, constraint_field) from None
             raise bad_request(str(e)) from None
         self.in_flight += len(handles)
         with self._live_lock:
@@ -55,7 +56,7 @@ class Runner:
         return handles
 
     async def follow(
-        self, handles: list[RequestHandle], arrived: float
+        self, handles: list[RequestHandle], arrived: float, constraint_field: str | None = None
     ) -> AsyncIterator[tuple[int, list[GenerationStep], Generation | None]]:
         """``(choice index, new steps, the Generation once finished)`` as tokens arrive; a request that failed in
         the engine raises ``APIError(500)``. Leaving early (break, cancellation) cancels what is unfinished."""
@@ -84,7 +85,7 @@ class Runner:
                         try:
                             result = h.result()
                         except ConstraintError as e:  # the request's schema gave out mid-way: its fault, a 400
-                            raise constraint_refused(e) from None
+                            raise constraint_refused(e, constraint_field) from None
                         except GenerateError as e:
                             raise APIError(500, f"generation failed: {e}", code="generation_failed") from None
                         self._count(result)
@@ -123,10 +124,7 @@ class Runner:
             h.cancel()
 
 
-# which request field a constraint came from: response_format's schema, or the forced tool call's grammar
-CONSTRAINT_FIELDS = {"json_schema": "response_format", "regex": "response_format", "grammar": "tools"}
-
-
-def constraint_refused(e: ConstraintError) -> APIError:
-    field = CONSTRAINT_FIELDS.get(e.kind, "response_format")
+def constraint_refused(e: ConstraintError, field: str | None) -> APIError:
+    """The 400 for a constraint the engine refused, naming the request field it came from."""
+    field = field or e.kind
     return APIError(400, f"{field}: {e}", param=field, code="invalid_constraint")
