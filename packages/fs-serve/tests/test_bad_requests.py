@@ -66,7 +66,8 @@ def test_bad_completion_requests(server):
     e = error(post(server, {"prompt": [1, -3], "max_tokens": 2}, "/v1/completions"), 400)
     assert e["param"].startswith("prompt")
     error(post(server, {"prompt": [10**9], "max_tokens": 2}, "/v1/completions"), 400)
-    error(post(server, {"prompt": "x", "echo": True}, "/v1/completions"), 400)
+    assert error(post(server, {"prompt": "x", "suffix": "y"}, "/v1/completions"), 400)["param"] == "suffix"
+    assert error(post(server, {"prompt": "x", "best_of": 3}, "/v1/completions"), 400)["param"] == "best_of"
     error(post(server, {"prompt": "x" * 40000, "max_tokens": 1}, "/v1/completions"), 400)  # past the context
 
 

@@ -19,7 +19,8 @@ rounding, not bit for bit (docs/engine.md).
 import logging
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import Future
 from typing import Any
 
 from fs_kvcache import BlockPool, BlockPrefixCache, PagedBatch, identity_string
@@ -29,6 +30,8 @@ from .generate import Generator
 from .kv_budget import default_kv_budget, physical_memory
 from .request import FINISHED, Request, RequestHandle
 from .scheduler import Scheduler
+from .scoring import Scored, check_rows
+from .scoring import score as score_rows
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +95,7 @@ class Engine:
         self._step_lock = threading.Lock()  # one step at a time, whoever runs it
         self._incoming: list[Request] = []
         self._cancels: list[Request] = []
+        self._calls: list[Callable[[], None]] = []  # work for the engine's thread between steps (score)
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self._stopping = False
@@ -158,6 +162,29 @@ class Engine:
         self._wake.set()
         return req.handle
 
+    def score(self, rows: Sequence[Sequence[int]], top_logprobs: int = 0) -> "Future[list[Scored]]":
+        """``scoring.score`` on this engine's model, run by the engine's own thread between two steps (the model
+        is never entered from two threads, and an MLX model stays on its thread). Rows are checked here."""
+        ids: list[list[int]] = [list(r) for r in rows]
+        done: Future[list[Scored]] = Future()
+        run = lambda: done.set_result(score_rows(self.model, ids, top_logprobs))  # noqa: E731
+        check_rows(self.model, ids, top_logprobs)  # a bad row raises here, in the caller's thread
+
+        def call() -> None:
+            try:
+                run()
+            except Exception as e:  # delivered to the caller, never the engine's loop
+                done.set_exception(e)
+
+        if not self.running_in_background():
+            with self._step_lock:
+                call()
+            return done
+        with self._lock:
+            self._calls.append(call)
+        self._wake.set()
+        return done
+
     def _request(self, rid: int, gen: Generator) -> Request:
         handle = RequestHandle(self.step, self.running_in_background, lambda: self._cancel(req))
         req = Request(rid, gen, handle)
@@ -176,7 +203,10 @@ class Engine:
         with self._step_lock:
             with self._lock:
                 incoming, cancels, self._incoming, self._cancels = self._incoming, self._cancels, [], []
-            return self._advance(incoming, cancels)
+                calls, self._calls = self._calls, []
+            for call in calls:
+                call()
+            return self._advance(incoming, cancels) or bool(calls)
 
     def _advance(self, incoming: list[Request], cancels: list[Request]) -> bool:
         """``step`` after taking what arrived: admit ``incoming``, apply ``cancels``, schedule, run one pass."""

@@ -98,6 +98,12 @@ class LockstepEngine(Engine):
             raise GenerateError("only rank 0 takes requests; the other ranks follow()")
         return super().submit(prompt, **kw)
 
+    def score(self, rows: Any, top_logprobs: int = 0) -> Any:
+        raise GenerateError(
+            "scoring a prompt (echo, perplexity) is not available under tensor parallelism yet: every rank would "
+            "have to run it in lockstep; serve the model on one process for it"
+        )
+
     def step(self) -> bool:
         """Rank 0: broadcast what arrived, then take the step everyone takes."""
         with self._step_lock:

@@ -34,6 +34,7 @@ from fs_generate import Engine
 from fs_generate.warm_up import warm_up
 
 from .choices import ChoiceStream
+from .echo import echo
 from .errors import APIError, bad_request
 from .metrics import CONTENT_TYPE, Metrics
 from .protocol import ChatRequest, CompletionRequest, parse
@@ -189,8 +190,10 @@ def create_app(loader: Callable[[], tuple[Any, Any]], config: ServeConfig | None
             if isinstance(p, list) and any(i >= state.model.vocab_size for i in p):
                 raise bad_request(f"prompt token ids must be below the vocabulary size {state.model.vocab_size}")
             jobs.append(sampling_job(req, ids, state, req.logprobs or 0) | constraint)
+        preface = [await echo(runner, j["prompt"], req.logprobs, state.tokenizer) for j in jobs] if req.echo else None
         make = lambda i: ChoiceStream(i, state.tokenizer, req.stops(), chat=False, tools=False, in_reasoning=False)  # noqa: E731
-        return await respond(request, state, runner, req, "completion", jobs, make, req.logprobs is not None, field)
+        logprobs = req.logprobs is not None
+        return await respond(request, state, runner, req, "completion", jobs, make, logprobs, field, preface)
 
     async def tokenize_route(request: Request) -> Response:
         body = await read_json(request, state.config.max_body_bytes)

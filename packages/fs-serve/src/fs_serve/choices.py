@@ -23,7 +23,7 @@ from fs_generate.tool_calls import CALL, END_CALL, OutputParser, partial_call
 FINISH = {"eos": "stop", "stop": "stop", "length": "length", "context": "length", "cancelled": "length"}
 
 
-def token_entry(tokenizer: Any, token: int, lp: float) -> dict[str, Any]:
+def token_entry(tokenizer: Any, token: int, lp: float | None) -> dict[str, Any]:
     raw = tokenizer.token_bytes(token)
     return {"token": raw.decode("utf-8", errors="replace"), "logprob": lp, "bytes": list(raw)}
 

@@ -210,8 +210,6 @@ class CompletionRequest(Sampling):
 
     @model_validator(mode="after")
     def _supported(self) -> "CompletionRequest":
-        if self.echo:
-            raise ValueError("echo is not supported")
         if self.suffix:
             raise ValueError("suffix is not supported")
         if self.best_of not in (None, self.n):

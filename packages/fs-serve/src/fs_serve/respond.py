@@ -66,8 +66,10 @@ async def respond(
     make: Callable[[int], ChoiceStream],
     logprobs: bool,
     constraint_field: str | None = None,
+    preface: list[dict[str, Any]] | None = None,
 ) -> Response:
-    """Submit every job's ``n`` choices, then stream their chunks or answer with the whole response."""
+    """Submit every job's ``n`` choices, then stream their chunks or answer with the whole response. ``preface``:
+    per job, a first delta every choice of it starts with (``echo``: the prompt and its logprobs)."""
     arrived = time.perf_counter()
     n = req.n
     expanded = []
@@ -82,6 +84,9 @@ async def respond(
     endpoint_name = "chat" if kind == "chat" else "completions"
 
     async def events() -> AsyncIterator[tuple[int, dict[str, Any] | None, str | None]]:
+        for i in range(len(handles)):
+            if preface:
+                yield i, preface[i // n], None
         async for i, steps, result in runner.follow(handles, arrived, constraint_field):
             delta = streams[i].feed(steps, eos) if steps else None
             if result is None:

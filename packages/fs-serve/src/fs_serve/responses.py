@@ -55,7 +55,11 @@ class Reply:
 
     # --- log-probabilities ----------------------------------------------------------------------------------
 
-    def format_logprobs(self, entries: list[tuple[int, float, tuple[tuple[int, float], ...]]], offset: int) -> Any:
+    def format_logprobs(
+        self, entries: list[tuple[int, float | None, tuple[tuple[int, float], ...]]], offset: int
+    ) -> Any:
+        """``entries``: (token, logprob, top) per token; an echoed prompt's first token has logprob None, and its
+        ``top_logprobs`` entry is null too (nothing predicted it), as in OpenAI's legacy completions."""
         if not self.logprobs or not entries:
             return None
         tok = self.tokenizer
@@ -74,7 +78,9 @@ class Reply:
         return {
             "tokens": tokens,
             "token_logprobs": [lp for _, lp, _ in entries],
-            "top_logprobs": [{token_entry(tok, i, p)["token"]: p for i, p in tops} for _, _, tops in entries],
+            "top_logprobs": [
+                None if lp is None else {token_entry(tok, i, p)["token"]: p for i, p in tops} for _, lp, tops in entries
+            ],
             "text_offset": offsets,
         }
 
