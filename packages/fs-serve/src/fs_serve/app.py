@@ -40,6 +40,8 @@ from .metrics import CONTENT_TYPE, Metrics
 from .protocol import ChatRequest, CompletionRequest, parse
 from .render import constraint_of, render_chat
 from .respond import respond, sampling_job
+from .responses_request import ResponsesRequest
+from .responses_route import respond_responses
 from .runner import Runner
 from .tokenize import detokenize, tokenize
 from .transport import Framing
@@ -195,6 +197,13 @@ def create_app(loader: Callable[[], tuple[Any, Any]], config: ServeConfig | None
         logprobs = req.logprobs is not None
         return await respond(request, state, runner, req, "completion", jobs, make, logprobs, field, preface)
 
+    async def responses(request: Request) -> Response:
+        body = await read_json(request, state.config.max_body_bytes)
+        req = parse(ResponsesRequest, body)
+        runner = state.ready()
+        check_model(req.model, names)
+        return await respond_responses(request, state, runner, req)
+
     async def tokenize_route(request: Request) -> Response:
         body = await read_json(request, state.config.max_body_bytes)
         state.ready()
@@ -217,6 +226,7 @@ def create_app(loader: Callable[[], tuple[Any, Any]], config: ServeConfig | None
         Route("/v1/models/{name:path}", endpoint(one_model), methods=["GET"]),
         Route("/v1/chat/completions", endpoint(chat), methods=["POST"]),
         Route("/v1/completions", endpoint(completions), methods=["POST"]),
+        Route("/v1/responses", endpoint(responses), methods=["POST"]),  # the Responses API (responses_route.py)
         Route("/chat/completions", endpoint(chat), methods=["POST"]),  # mlx_lm.server's and llama-server's aliases
         Route("/completions", endpoint(completions), methods=["POST"]),
         Route("/tokenize", endpoint(tokenize_route), methods=["POST"]),  # llama-server's (tokenize.py)

@@ -238,15 +238,24 @@ def parse(cls: type[Model], body: Any) -> Any:
     try:
         return cls.model_validate(body)
     except ValidationError as e:
-        err = e.errors()[0]
-        param = ".".join(str(p) for p in err["loc"]) or None
+        # the deepest error: of a union (``str | list[Item]``) the member the body came closest to matching
+        err = max(e.errors(), key=lambda x: len(_path(x["loc"])))
+        param = ".".join(_path(err["loc"])) or None
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             msg = "fs-serve does not implement this field; leave it out (docs/serve.md lists every field it takes)"
-        elif param is None and msg.split(" ", 1)[0] in cls.model_fields:  # a cross-field rule names its field first
+        elif param is None and msg.split(" ", 1)[0].split(".")[0] in cls.model_fields:  # a rule names its field first
             param = msg.split(" ", 1)[0]
         text = msg if param is None or msg.startswith(param) else f"{param}: {msg}"
         raise APIError(400, text, param=param, code="invalid_value") from None
+
+
+TYPE_TAGS = {"str", "int", "float", "bool", "dict", "list", "none"}
+
+
+def _path(loc: tuple[Any, ...]) -> list[str]:
+    """A validation error's location without pydantic's union-member tags (``constrained-str``, ``list[...]``)."""
+    return [str(p) for p in loc if isinstance(p, int) or not (p in TYPE_TAGS or any(c in p for c in "[]-"))]
 
 
 def lone_surrogate(value: Any) -> str | None:
