@@ -56,6 +56,7 @@ def pytest(session: nox.Session, *args: str, **env: str) -> None:
 # fs-serve's gained nothing)
 WORKERS = ["-n", "2"]
 BIG = {"fs-generate", "fs-agent"}
+CLIENTS = {"fs-serve"}  # packages/fs-serve/tests/test_clients.py: the openai-agents, langchain, instructor, lm-eval
 
 
 def test_dirs() -> list[str]:
@@ -65,9 +66,12 @@ def test_dirs() -> list[str]:
 @nox.session(tags=["tests"])
 @nox.parametrize("package", [nox.param(p, id=p, tags=[p]) for p in PACKAGES])
 def tests(session: nox.Session, package: str) -> None:
-    """One package's tests in an environment holding only it, its dependencies and the test tools."""
-    sync(session, "--package", package, "--group", "test")
-    pytest(session, f"packages/{package}/tests", "-m", QUICK, *(WORKERS if package in BIG else []))
+    """One package's tests in an environment holding only it, its dependencies and the test tools (fs-serve's also
+    the client libraries it is driven by: a missing one fails there, FS_REQUIRE_CLIENTS)."""
+    clients = ("--group", "clients") if package in CLIENTS else ()
+    sync(session, "--package", package, "--group", "test", *clients)
+    env = {"FS_REQUIRE_CLIENTS": "1"} if package in CLIENTS else {}
+    pytest(session, f"packages/{package}/tests", "-m", QUICK, *(WORKERS if package in BIG else []), **env)
 
 
 @nox.session

@@ -18,10 +18,27 @@ def test_tokenize_and_detokenize_round_trip_on_the_served_tokenizer(server, tiny
     pieces = post(server, "/tokenize", {"content": "héllo", "with_pieces": True}).json()["tokens"]
     assert [p["id"] for p in pieces] == list(tok.encode("héllo")) and "".join(p["piece"] for p in pieces) == "héllo"
     back = post(server, "/detokenize", {"tokens": r.json()["tokens"]})
-    assert back.status_code == 200 and back.json() == {"content": text}
+    assert back.status_code == 200 and back.json() == {"content": text, "prompt": text}  # llama-server's, vLLM's
     bad = post(server, "/detokenize", {"tokens": [10**9]})
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "tokens"
     assert post(server, "/tokenize", {"content": 5}).json()["error"]["param"] == "content"
+
+
+def test_vllms_tokenize_dialect_and_tokenizer_info_as_lm_eval_probes_them(server, tiny):
+    """lm-eval's local-completions model uses a "remote tokenizer" when ``/tokenizer_info`` has ``eos_token`` and
+    ``/tokenize`` answers ``{"prompt": ...}`` with a token list (lm_eval.utils.check_remote_tokenizer_support)."""
+    model, tok = tiny
+    info = httpx.get(f"{server.url}/tokenizer_info").json()
+    assert info["eos_token"] == "<|im_end|>" and "<|im_start|>" in info["chat_template"]
+    assert info["model_max_length"] == model.config.max_position_embeddings
+    r = post(server, "/tokenize", {"prompt": "test", "add_special_tokens": False}).json()
+    assert r == {"tokens": list(tok.encode("test")), "count": len(tok.encode("test")),
+                 "max_model_len": model.config.max_position_embeddings}  # fmt: skip
+    chat = [{"role": "user", "content": "hi"}]
+    r = post(server, "/tokenize", {"messages": chat}).json()
+    assert r["tokens"] == tok.apply_chat_template(chat, add_generation_prompt=True, tokenize=True)
+    both = post(server, "/tokenize", {"prompt": "a", "content": "b"})
+    assert both.status_code == 400 and both.json()["error"]["param"] == "content"
 
 
 def test_the_unversioned_routes_and_n_predict(server):

@@ -43,7 +43,7 @@ from .respond import respond, sampling_job
 from .responses_request import ResponsesRequest
 from .responses_route import respond_responses
 from .runner import Runner
-from .tokenize import detokenize, tokenize
+from .tokenize import detokenize, tokenize, tokenizer_info
 from .transport import Framing
 
 log = logging.getLogger("fs_serve")
@@ -207,12 +207,16 @@ def create_app(loader: Callable[[], tuple[Any, Any]], config: ServeConfig | None
     async def tokenize_route(request: Request) -> Response:
         body = await read_json(request, state.config.max_body_bytes)
         state.ready()
-        return JSONResponse(tokenize(body, state.tokenizer))
+        return JSONResponse(tokenize(body, state.tokenizer, state.model.config.max_position_embeddings))
 
     async def detokenize_route(request: Request) -> Response:
         body = await read_json(request, state.config.max_body_bytes)
         state.ready()
         return JSONResponse(detokenize(body, state.tokenizer, state.model.vocab_size))
+
+    async def tokenizer_info_route(request: Request) -> Response:
+        state.ready()
+        return JSONResponse(tokenizer_info(state.tokenizer, state.model.config.max_position_embeddings))
 
     async def not_found(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
@@ -231,6 +235,7 @@ def create_app(loader: Callable[[], tuple[Any, Any]], config: ServeConfig | None
         Route("/completions", endpoint(completions), methods=["POST"]),
         Route("/tokenize", endpoint(tokenize_route), methods=["POST"]),  # llama-server's (tokenize.py)
         Route("/detokenize", endpoint(detokenize_route), methods=["POST"]),
+        Route("/tokenizer_info", endpoint(tokenizer_info_route), methods=["GET"]),  # vLLM's (lm-eval asks it)
     ]
     middleware = [Middleware(Framing)]
     if state.config.allowed_origins:  # Starlette's own CORS: preflights answered before routing (and the key check)

@@ -244,8 +244,8 @@ def parse(cls: type[Model], body: Any) -> Any:
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             msg = "fs-serve does not implement this field; leave it out (docs/serve.md lists every field it takes)"
-        elif param is None and msg.split(" ", 1)[0].split(".")[0] in cls.model_fields:  # a rule names its field first
-            param = msg.split(" ", 1)[0]
+        elif param is None and (head := msg.split(" ", 1)[0].rstrip(":")).split(".")[0] in cls.model_fields:
+            param = head  # a cross-field rule's message names its field first
         text = msg if param is None or msg.startswith(param) else f"{param}: {msg}"
         raise APIError(400, text, param=param, code="invalid_value") from None
 

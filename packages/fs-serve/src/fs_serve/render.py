@@ -37,7 +37,8 @@ class Rendered:
     in_reasoning: bool = False  # the prompt opened <think>: the output starts inside it
 
 
-def _message(m: Message) -> dict[str, Any]:
+def message_dict(m: Message) -> dict[str, Any]:
+    """One request message as the chat template takes it."""
     out: dict[str, Any] = {"role": "system" if m.role == "developer" else m.role, "content": m.text()}
     if m.tool_calls:
         calls = []
@@ -62,7 +63,7 @@ def render_chat(req: ChatRequest, tokenizer: Any) -> Rendered:
     kwargs = dict(req.chat_template_kwargs or {})
     try:
         text = tokenizer.apply_chat_template(
-            [_message(m) for m in req.messages], add_generation_prompt=True, tools=tools or None, **kwargs
+            [message_dict(m) for m in req.messages], add_generation_prompt=True, tools=tools or None, **kwargs
         )
     except TokenizerError as e:
         raise bad_request(f"the chat template could not render these messages: {e}", "messages") from None
