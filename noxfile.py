@@ -1,5 +1,5 @@
-"""Sessions: tests (one isolated env per package), kernels, parity, slow, metal, bench, lint, build, publish_local,
-docs.
+"""Sessions: tests (one isolated env per package), kernels, parity, slow, metal, ui, bench, lint, build,
+publish_local, docs.
 
 `uv run nox -s tests kernels parity lint` is what CI runs (README). Each session syncs an exact environment from the
 one uv.lock, so a package's tests see only that package, its declared dependencies and the test tools.
@@ -32,7 +32,7 @@ PACKAGES = [
     "fs-serve",
 ]  # low to high
 APPLE_SILICON = platform.system() == "Darwin" and platform.machine() == "arm64"
-QUICK = "not parity and not slow and not metal and not kernels"
+QUICK = "not parity and not slow and not metal and not kernels and not ui"
 ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
 
 
@@ -109,6 +109,14 @@ def parity(session: nox.Session) -> None:
         *WORKERS,
         FS_REQUIRE_REFERENCE="1",
     )
+
+
+@nox.session(default=False)
+def ui(session: nox.Session) -> None:
+    """fs-serve's chat page in a real headless Chromium: Debian's (`apt install chromium`) or $FS_CHROMIUM, driven by
+    playwright; screenshots land in ui-screenshots/. Not in CI: it needs the browser installed."""
+    sync(session, "--package", "fs-serve", "--group", "test", "--group", "ui")
+    pytest(session, "packages/fs-serve/tests/test_chat_page.py", "-m", "ui")
 
 
 @nox.session(default=False)

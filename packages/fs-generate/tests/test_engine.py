@@ -72,7 +72,7 @@ request = st.fixed_dictionaries(
 
 @pytest.mark.kernels
 # the kernels session's second pass (FS_ISA=avx2) re-proves the kernels, not the scheduler: 10 schedules suffice there
-@settings(max_examples=10 if os.environ.get("FS_ISA") else 30, deadline=None,
+@settings(max_examples=10 if os.environ.get("FS_ISA") else 20, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])  # fmt: skip
 @given(
     reqs=st.lists(request, min_size=1, max_size=8),

@@ -61,7 +61,7 @@ def test_two_ranks_serve_the_same_outputs_as_one_engine(tiny, tmp_path, referenc
 def test_a_dead_rank_makes_the_other_exit_within_the_watchdog(tiny, tmp_path, reference, ring_hostfile):
     reference("mlx.core")
     t0 = time.monotonic()
-    procs = spawn(ring_hostfile, tiny, tmp_path, KILL_AFTER="5", WATCHDOG_S="5")
+    procs = spawn(ring_hostfile, tiny, tmp_path, KILL_AFTER="5", WATCHDOG_S="3")
     try:
         logs = [p.communicate(timeout=120)[0].decode() for p in procs]
     finally:

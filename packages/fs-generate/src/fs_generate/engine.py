@@ -21,10 +21,13 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
-from typing import Any
+from typing import Any, TypeVar
+
+import numpy as np
 
 from fs_kvcache import BlockPool, BlockPrefixCache, PagedBatch, identity_string
 
+from .embedding import embed as embed_rows
 from .errors import ConstraintError, GenerateError
 from .generate import Generator
 from .kv_budget import default_kv_budget, physical_memory
@@ -34,6 +37,7 @@ from .scoring import Scored, check_rows
 from .scoring import score as score_rows
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 class Engine:
@@ -166,13 +170,21 @@ class Engine:
         """``scoring.score`` on this engine's model, run by the engine's own thread between two steps (the model
         is never entered from two threads, and an MLX model stays on its thread). Rows are checked here."""
         ids: list[list[int]] = [list(r) for r in rows]
-        done: Future[list[Scored]] = Future()
-        run = lambda: done.set_result(score_rows(self.model, ids, top_logprobs))  # noqa: E731
         check_rows(self.model, ids, top_logprobs)  # a bad row raises here, in the caller's thread
+        return self.between_steps(lambda: score_rows(self.model, ids, top_logprobs))
+
+    def embed(self, rows: Sequence[Sequence[int]], dimensions: int | None = None) -> "Future[np.ndarray]":
+        """``embedding.embed`` on this engine's model, between two steps as ``score`` is."""
+        ids: list[list[int]] = [list(r) for r in rows]
+        return self.between_steps(lambda: embed_rows(self.model, ids, dimensions))
+
+    def between_steps(self, work: Callable[[], T]) -> "Future[T]":
+        """Run ``work`` in the engine's thread before its next step (here and now when no thread runs it)."""
+        done: Future[T] = Future()
 
         def call() -> None:
             try:
-                run()
+                done.set_result(work())
             except Exception as e:  # delivered to the caller, never the engine's loop
                 done.set_exception(e)
 

@@ -98,10 +98,10 @@ class LockstepEngine(Engine):
             raise GenerateError("only rank 0 takes requests; the other ranks follow()")
         return super().submit(prompt, **kw)
 
-    def score(self, rows: Any, top_logprobs: int = 0) -> Any:
+    def between_steps(self, work: Any) -> Any:
         raise GenerateError(
-            "scoring a prompt (echo, perplexity) is not available under tensor parallelism yet: every rank would "
-            "have to run it in lockstep; serve the model on one process for it"
+            "scoring a prompt (echo, perplexity) and embeddings are not available under tensor parallelism yet: "
+            "every rank would have to run them in lockstep; serve the model on one process for them"
         )
 
     def step(self) -> bool:

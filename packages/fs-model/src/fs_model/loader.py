@@ -85,6 +85,8 @@ def load_model(
             config = load_config(p)
             ckpt = Checkpoint.open(p)
             generation = load_generation_config(p)
+        if ckpt.headless and not config.tie_word_embeddings:  # Qwen3Model (an embedding checkpoint) has no head:
+            config = config.replace(tie_word_embeddings=True)  # the embedding matrix stands in; logits unused
         check_supported(config)
         cross_check(config, ckpt, strict=True)
         digest = ckpt.digest()

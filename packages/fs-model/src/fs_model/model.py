@@ -37,6 +37,8 @@ class CausalLM(Protocol):
 
     def make_cache(self) -> list[Any]: ...
 
+    def last_hidden(self, tokens: Any, pad: Sequence[int] | None = None) -> Any: ...
+
     def tokens_array(self, ids: Sequence[int] | Sequence[Sequence[int]]) -> Any: ...
 
     def to_numpy(self, x: Any) -> Any: ...
@@ -88,6 +90,14 @@ class Model:
         out: dict[str, Any] = {}
         self._run(tokens, 0, None, None, out)
         return {k: np.asarray(self.to_numpy(v))[0] for k, v in out.items()}
+
+    def last_hidden(self, tokens: Any, pad: Sequence[int] | None = None) -> np.ndarray:
+        """The final norm's output at each row's last position, float32 ``[B, H]``: what an embedding model
+        (Qwen3-Embedding) pools. ``pad[b]``: row b's left padding, as in ``__call__``."""
+        self._check(tokens, 0, None, 1, pad)
+        out: dict[str, Any] = {}
+        self._run(tokens, 0, None, 1, out, **({} if pad is None else {"pad": np.asarray(pad, dtype=np.int64)}))
+        return np.asarray(self.to_numpy(out["final_norm"]), dtype=np.float32)[:, -1]
 
     def make_cache(
         self,

@@ -20,6 +20,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from importlib import resources
 from typing import Any
 
 from starlette.applications import Starlette
@@ -27,14 +28,16 @@ from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
 from fs_generate import Engine
+from fs_generate.embedding import is_embedding_model
 from fs_generate.warm_up import warm_up
 
 from .choices import ChoiceStream
 from .echo import echo
+from .embeddings import EmbeddingRequest, embeddings
 from .errors import APIError, bad_request
 from .metrics import CONTENT_TYPE, Metrics
 from .protocol import ChatRequest, CompletionRequest, parse
@@ -47,6 +50,8 @@ from .tokenize import detokenize, tokenize, tokenizer_info
 from .transport import Framing
 
 log = logging.getLogger("fs_serve")
+# the chat page may run its own inline script and call this origin, nothing else: no external request can leave it
+CSP = "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; img-src 'self'"
 
 
 @dataclass
@@ -63,6 +68,7 @@ class ServeConfig:
     group: Any = None  # an mx.distributed group: this server is rank 0 of a tensor-parallel LockstepEngine
     watchdog_s: float = 30.0  # distributed: exit when no step completes this long (a peer died)
     allowed_origins: list[str] = field(default_factory=list)  # CORS: browser pages on these origins may call
+    ui: bool = True  # the chat page at / (--no-ui turns it off, as llama-server's --no-webui)
 
 
 class State:
@@ -74,12 +80,14 @@ class State:
         self.tokenizer: Any = None
         self.engine: Engine | None = None
         self.runner: Runner | None = None
+        self.embedding = False  # the model is an embedding model: /v1/embeddings answers
         self.metrics = Metrics(lambda: self.engine.stats() if self.engine is not None else None)
         self.created = int(time.time())
 
     def load(self, loader: Callable[[], tuple[Any, Any]]) -> None:
         try:
             self.model, self.tokenizer = loader()
+            self.embedding = is_embedding_model(getattr(self.model, "path", ""))
             c = self.config
             engine = make_engine(self.model, self.tokenizer, c)
             if c.group is None:  # ranks in lockstep take only rank 0's steps: no warm-up of their own
@@ -140,6 +148,11 @@ def create_app(loader: Callable[[], tuple[Any, Any]], config: ServeConfig | None
                 return APIError(500, "internal server error; the server log has the details").response()
 
         return handle
+
+    page = (resources.files("fs_serve") / "ui" / "index.html").read_text(encoding="utf-8")
+
+    async def chat_page(request: Request) -> Response:  # the browser page (ui/index.html); the API calls need the key
+        return HTMLResponse(page, headers={"Cache-Control": "no-cache", "Content-Security-Policy": CSP})
 
     async def health(request: Request) -> Response:
         if state.status == "ok":
@@ -204,6 +217,19 @@ def create_app(loader: Callable[[], tuple[Any, Any]], config: ServeConfig | None
         check_model(req.model, names)
         return await respond_responses(request, state, runner, req)
 
+    async def embeddings_route(request: Request) -> Response:
+        body = await read_json(request, state.config.max_body_bytes)
+        req = parse(EmbeddingRequest, body)
+        runner = state.ready()
+        check_model(req.model, names)
+        outcome = "error"
+        try:
+            out = await embeddings(runner, req, state)
+            outcome = "ok"
+        finally:
+            state.metrics.requests.labels("embeddings", outcome).inc()
+        return JSONResponse(out)
+
     async def tokenize_route(request: Request) -> Response:
         body = await read_json(request, state.config.max_body_bytes)
         state.ready()
@@ -225,12 +251,14 @@ def create_app(loader: Callable[[], tuple[Any, Any]], config: ServeConfig | None
 
     routes = [
         Route("/health", endpoint(health, auth=False), methods=["GET"]),
+        *([Route("/", endpoint(chat_page, auth=False), methods=["GET"])] if state.config.ui else []),
         Route("/metrics", endpoint(metrics), methods=["GET"]),
         Route("/v1/models", endpoint(models), methods=["GET"]),
         Route("/v1/models/{name:path}", endpoint(one_model), methods=["GET"]),
         Route("/v1/chat/completions", endpoint(chat), methods=["POST"]),
         Route("/v1/completions", endpoint(completions), methods=["POST"]),
         Route("/v1/responses", endpoint(responses), methods=["POST"]),  # the Responses API (responses_route.py)
+        Route("/v1/embeddings", endpoint(embeddings_route), methods=["POST"]),  # embedding checkpoints only
         Route("/chat/completions", endpoint(chat), methods=["POST"]),  # mlx_lm.server's and llama-server's aliases
         Route("/completions", endpoint(completions), methods=["POST"]),
         Route("/tokenize", endpoint(tokenize_route), methods=["POST"]),  # llama-server's (tokenize.py)

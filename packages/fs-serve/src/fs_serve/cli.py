@@ -52,6 +52,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--api-key", help="require Authorization: Bearer KEY on every route but /health")
     ap.add_argument("--allowed-origins", nargs="+", default=[], metavar="ORIGIN",
                     help="CORS: browser pages on these origins (or *) may call the API (default: none)")  # fmt: skip
+    ap.add_argument("--no-ui", action="store_true", help="do not serve the chat page at /")
     ap.add_argument("--max-batch", type=positive_int, default=16, help="requests decoded together")
     ap.add_argument("--max-queue", type=int, default=64, help="requests waiting beyond --max-batch before 429")
     ap.add_argument("--max-step-tokens", type=positive_int, default=512, help="prompt tokens per engine step")
@@ -164,6 +165,7 @@ def main(argv: list[str] | None = None) -> int:
         group=group,
         watchdog_s=args.watchdog,
         allowed_origins=args.allowed_origins,
+        ui=not args.no_ui,
     )
     if group is not None and group.rank() != 0:
         return follow(args, path, config)

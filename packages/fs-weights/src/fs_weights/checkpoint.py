@@ -34,11 +34,18 @@ class Checkpoint:
         self.quantization = quantization
         self._where: dict[str, SafetensorsFile] = {}
         self._finite: set[str] = set()  # tensors already scanned for NaN / Inf (finite.py)
+        self._stored: dict[str, str] = {}  # fs's name -> the name in the file, where they differ (headless)
         for f in files:
             for name in f.tensors:
                 if name in self._where:
                     raise SafetensorsError(f"tensor {name!r} appears in both {self._where[name].path} and {f.path}")
                 self._where[name] = f
+        # a headless checkpoint (transformers' Qwen3Model, as Qwen3-Embedding ships): "embed_tokens.weight",
+        # "layers.N....", "norm.weight" with no "model." prefix and no lm_head; read under the causal LM's names
+        self.headless = "embed_tokens.weight" in self._where and not any(n.startswith("model.") for n in self._where)
+        if self.headless:
+            self._stored = {"model." + n: n for n in self._where}
+            self._where = {"model." + n: f for n, f in self._where.items()}
 
     @classmethod
     def open(cls, path: str | os.PathLike[str]) -> "Checkpoint":
@@ -85,21 +92,21 @@ class Checkpoint:
         return len(self._where)
 
     def info(self, name: str) -> TensorInfo:
-        return self._file(name).tensors[name]
+        return self._file(name).tensors[self._stored.get(name, name)]
 
     def raw(self, name: str) -> np.ndarray:
         """The stored array without conversion (read-only, mmap-backed; BF16 as uint16 bits). A float tensor is
         scanned for NaN / Inf the first time it is read, and refused by name if it holds one (``finite.py``)."""
-        f = self._file(name)
-        arr = f.raw(name)
+        f, stored = self._file(name), self._stored.get(name, name)
+        arr = f.raw(stored)
         if name not in self._finite:
-            check_finite(arr, f.tensors[name].dtype, f"{f.path}: tensor {name!r}")
+            check_finite(arr, f.tensors[stored].dtype, f"{f.path}: tensor {stored!r}")
             self._finite.add(name)
         return arr
 
     def release(self, name: str) -> None:
         """Drop ``name``'s mapped pages from resident memory once a converted copy is all that is kept."""
-        self._file(name).release(name)
+        self._file(name).release(self._stored.get(name, name))
 
     def get(self, name: str, dtype: Any = np.float32, *, dequantize: bool = False) -> np.ndarray:
         """Float tensors as ``dtype`` (float32 by default; ``None`` returns the stored array). Integer
@@ -153,7 +160,7 @@ class Checkpoint:
         for name in self.names():
             t = self.info(name)
             h.update(f"{name}\0{t.dtype}\0{t.shape}\0".encode("utf-8", "surrogatepass"))
-            raw = self._file(name).stored_bytes(name)
+            raw = self._file(name).stored_bytes(self._stored.get(name, name))
             if raw.size <= DIGEST_SAMPLES * DIGEST_SLICE:
                 h.update(raw.tobytes())
                 continue
