@@ -55,7 +55,7 @@ def test_chat_page_in_a_browser(browser, tiny, demo_server):
     SHOTS.mkdir(exist_ok=True)
     page = browser.new_page(viewport={"width": 1100, "height": 700})
     page.goto(demo_server.url + "/")
-    page.wait_for_function("document.getElementById('model').textContent.includes('fs-demo')")
+    page.wait_for_selector("#model:has-text('fs-demo')")  # locators, not evaluated JS: the page's CSP forbids eval
     page.fill("#system", "Be brief.")
     page.fill("#temperature", "0")
     page.fill("#max_tokens", "24")
@@ -69,13 +69,13 @@ def test_chat_page_in_a_browser(browser, tiny, demo_server):
     thinking = {"chat_template_kwargs": {"enable_thinking": True}}
     want = demo_server.client().chat.completions.create(model="fs-demo", temperature=0, max_tokens=24,
                                                         messages=messages, extra_body=thinking)  # fmt: skip
-    assert answer == want.choices[0].message.content  # the page shows exactly the server's answer
+    assert answer == want.choices[0].message.content.lstrip()  # the server's answer (shown without leading blanks)
     assert re.match(r"24 tokens · [\d.]+ tok/s · \d+ prompt tokens, \d+ cached · length", stats), stats
 
     page.fill("#max_tokens", "4000")  # long enough to still be running when Stop is pressed
     page.fill("#prompt", "Tell me everything about Python.")
     page.press("#prompt", "Enter")
-    page.wait_for_function("document.querySelectorAll('.assistant .text')[1].textContent.length > 0")
+    page.wait_for_selector(".assistant:nth-of-type(4) .text:not(:empty)", timeout=60_000)
     page.click("#stop")
     page.wait_for_selector(".assistant:nth-of-type(4) .stats[data-done]", timeout=30_000)
     assert page.inner_text(".assistant:nth-of-type(4) .stats") == "stopped"
