@@ -29,7 +29,7 @@ def result(out):
 @pytest.mark.parity
 def test_the_figure_is_mlx_lms_for_the_same_sequences(tiny_dir, tmp_path, capsys, reference):
     """mlx_lm.perplexity.eval_ppl on the same checkpoint (mlx's CPU backend) and the same token rows: perplexity and
-    its standard error agree to float32 rounding (f32 weights)."""
+    its standard error agree to float32 rounding (f32 weights); fs-perplexity --backend mlx gives the same figure."""
     mx = reference("mlx.core")
     from mlx_lm import load as mlx_load
     from mlx_lm.perplexity import eval_ppl
@@ -46,6 +46,8 @@ def test_the_figure_is_mlx_lms_for_the_same_sequences(tiny_dir, tmp_path, capsys
     assert ppl == pytest.approx(want_ppl, rel=1e-4) and se == pytest.approx(want_se, rel=1e-3)
     table = re.findall(r"\[(\d+)\]([\d.]+),", out)
     assert [int(i) for i, _ in table] == list(range(1, n + 1)) and float(table[-1][1]) == ppl
+    code, out, _ = run(capsys, "--model", str(tiny_dir), str(f), "-c", "32", "-b", "3", "--backend", "mlx")
+    assert code == 0 and result(out)[0] == pytest.approx(ppl, rel=1e-4)  # fs's MLX backend: the same figure
 
 
 def test_the_figure_is_the_scores_own_and_jsonl_rows_concatenate(tiny_dir, tmp_path, capsys):
@@ -94,3 +96,4 @@ def test_bad_input_is_one_named_error(tiny_dir, tmp_path, capsys, args, words):
     code, out, err = run(capsys, "--model", str(tiny_dir), *[str(swap.get(a, a)) for a in args])
     assert code != 0 and re.search(words, err), err
     assert "Traceback" not in err and "Perplexity" not in out
+
