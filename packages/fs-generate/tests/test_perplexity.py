@@ -96,4 +96,3 @@ def test_bad_input_is_one_named_error(tiny_dir, tmp_path, capsys, args, words):
     code, out, err = run(capsys, "--model", str(tiny_dir), *[str(swap.get(a, a)) for a in args])
     assert code != 0 and re.search(words, err), err
     assert "Traceback" not in err and "Perplexity" not in out
-

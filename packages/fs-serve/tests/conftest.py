@@ -12,7 +12,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))  # serving.py under --import-mode=importlib
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from serving import Server, start
+from serving import Scripted, Server, start
 
 
 @pytest.fixture(scope="session")
@@ -40,4 +40,14 @@ def demo_server() -> Iterator[Server]:
 
     s = start(*load(None), model_id="fs-demo")
     yield s
+    s.stop()
+
+
+@pytest.fixture(scope="module")
+def scripted(tiny) -> Iterator[tuple[Server, Scripted, Any]]:
+    """A server on the tiny model whose output the test scripts (``Scripted``): tool calls, thinking."""
+    model, tok = tiny
+    m = Scripted(model, tok.token_to_id("<|im_end|>"))
+    s = start(m, tok, model_id="tiny")
+    yield s, m, tok
     s.stop()

@@ -9,20 +9,9 @@ import httpx
 import jsonschema
 import pytest
 
-from serving import Scripted, start
-
 WEATHER = {"type": "object", "properties": {"city": {"enum": ["Paris", "Rome"]}}, "required": ["city"]}  # bounded
 TOOL = {"type": "function", "name": "get_weather", "description": "Weather for a city", "parameters": WEATHER}
 CHAT_TOOL = {"type": "function", "function": {k: v for k, v in TOOL.items() if k != "type"}}
-
-
-@pytest.fixture(scope="module")
-def scripted(tiny):
-    model, tok = tiny
-    m = Scripted(model, tok.token_to_id("<|im_end|>"))
-    s = start(m, tok, model_id="tiny")
-    yield s, m, tok
-    s.stop()
 
 
 def test_a_response_is_the_chat_completion_of_the_same_conversation(server):

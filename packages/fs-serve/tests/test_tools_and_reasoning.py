@@ -6,8 +6,6 @@ import json
 
 import pytest
 
-from serving import Scripted, start
-
 TOOLS = [
     {
         "type": "function",
@@ -37,15 +35,6 @@ OTHER = {
         },
     },
 }
-
-
-@pytest.fixture(scope="module")
-def scripted(tiny):
-    model, tok = tiny
-    m = Scripted(model, tok.token_to_id("<|im_end|>"))
-    s = start(m, tok, model_id="tiny")
-    yield s, m, tok
-    s.stop()
 
 
 def script(m, tok, messages, text, **kw):

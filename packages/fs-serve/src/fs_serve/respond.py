@@ -133,16 +133,22 @@ async def respond(
             if finish:
                 finishes[i] = finish
 
+    gone = await collect_counted(request, state, endpoint_name, collect())
+    return gone or JSONResponse(reply.whole(list(zip(per_choice, finishes, strict=True))))
+
+
+async def collect_counted(request: Request, state: "State", endpoint_name: str, work: Any) -> Response | None:
+    """Run ``work`` unless the client goes away first (then the 499 to answer); its outcome counted in /metrics."""
     outcome = "error"
     try:
-        await until_disconnect(request, collect())
+        await until_disconnect(request, work)
         outcome = "ok"
     except _Disconnected:
         outcome = "cancelled"
         return Response(status_code=499)
     finally:
         state.metrics.requests.labels(endpoint_name, outcome).inc()
-    return JSONResponse(reply.whole(list(zip(per_choice, finishes, strict=True))))
+    return None
 
 
 def _merge(a: dict[str, Any] | None, b: dict[str, Any] | None) -> dict[str, Any] | None:

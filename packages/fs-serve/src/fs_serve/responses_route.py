@@ -19,7 +19,7 @@ from fs_generate.stopping import resolve_eos
 from .choices import ChoiceStream
 from .errors import APIError
 from .render import render_chat
-from .respond import _Disconnected, sampling_job, until_disconnect
+from .respond import collect_counted, sampling_job
 from .responses_events import ResponseEvents
 from .responses_request import ResponsesRequest
 from .runner import Runner
@@ -88,13 +88,5 @@ async def respond_responses(request: Request, state: "State", runner: Runner, re
         async for e in events():
             last = e
 
-    outcome = "error"
-    try:
-        await until_disconnect(request, collect())
-        outcome = "ok"
-    except _Disconnected:
-        outcome = "cancelled"
-        return Response(status_code=499)
-    finally:
-        state.metrics.requests.labels("responses", outcome).inc()
-    return JSONResponse(last["response"])
+    gone = await collect_counted(request, state, "responses", collect())
+    return gone or JSONResponse(last["response"])
