@@ -21,6 +21,7 @@ from fs_weights import (
 )
 from fs_weights.gguf_file import open_gguf
 
+from . import rope_scaling
 from .errors import ModelError
 from .model import Model
 
@@ -31,8 +32,7 @@ BACKENDS = tuple(BUILDERS)
 
 def check_supported(c: Qwen3Config) -> None:
     """Refuse configs whose math this implementation does not do, naming the key."""
-    if c.rope_scaling:
-        raise ModelError(f"{c.source}: rope_scaling {c.rope_scaling!r} is not implemented")
+    rope_scaling.check(c)
     if c.use_sliding_window:
         raise ModelError(f"{c.source}: use_sliding_window=true is not implemented")
     if c.attention_bias:
@@ -88,6 +88,7 @@ def load_model(
         if ckpt.headless and not config.tie_word_embeddings:  # Qwen3Model (an embedding checkpoint) has no head:
             config = config.replace(tie_word_embeddings=True)  # the embedding matrix stands in; logits unused
         check_supported(config)
+        config = config.replace(max_position_embeddings=rope_scaling.context(config))  # YaRN serves factor x L
         cross_check(config, ckpt, strict=True)
         digest = ckpt.digest()
     except WeightsError as e:

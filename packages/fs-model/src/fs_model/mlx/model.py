@@ -14,6 +14,7 @@ from fs_weights import Checkpoint, Qwen3Config
 
 from ..errors import ModelError
 from ..model import Model
+from ..rope_scaling import rope_parameters
 from .quantized_attention import quantize_kv, quantized_attention
 from .shard import AllSum, check_divisible, rank_slice, shard_model, split_of
 
@@ -59,6 +60,15 @@ class Block:
             c.rms_norm_eps,
         )
         self.theta, self.scale = c.rope_theta, c.dim_head**-0.5
+        inv_freq, self.mscale = rope_parameters(c)  # rope_scaling (YaRN): mx.fast.rope takes the periods
+        self.freqs = None if c.rope_scaling is None else mx.array((1.0 / inv_freq).astype(np.float32))
+
+    def rope(self, x: mx.array, offset: Any) -> mx.array:
+        if self.freqs is None:
+            return mx.fast.rope(x, self.D, traditional=False, base=self.theta, scale=1.0, offset=offset)
+        if self.mscale != 1.0:  # q and k both: attention logits scaled by mscale², as mlx-lm's YarnRoPE
+            x = x * self.mscale
+        return mx.fast.rope(x, self.D, traditional=False, base=None, scale=1.0, offset=offset, freqs=self.freqs)
 
     def attention(self, x: mx.array, offset: Any, cache: Any, mask: Any) -> mx.array:
         if isinstance(cache, PagedLayer):
@@ -69,8 +79,7 @@ class Block:
         k = mx.fast.rms_norm(w["k_proj"](x).reshape(B, S, self.nkv, self.D), w["k_norm"], self.eps)
         v = w["v_proj"](x).reshape(B, S, self.nkv, self.D)
         q, k, v = (t.transpose(0, 2, 1, 3) for t in (q, k, v))
-        q = mx.fast.rope(q, self.D, traditional=False, base=self.theta, scale=1.0, offset=offset)
-        k = mx.fast.rope(k, self.D, traditional=False, base=self.theta, scale=1.0, offset=offset)
+        q, k = self.rope(q, offset), self.rope(k, offset)
         bits = getattr(cache, "bits", 0)
         if bits:  # a QuantizedKVCache: the new positions packed, attention over the packed history
             gs = cache.group_size
@@ -90,8 +99,7 @@ class Block:
         q = mx.fast.rms_norm(w["q_proj"](x).reshape(N, self.nh, 1, self.D), w["q_norm"], self.eps)
         k = mx.fast.rms_norm(w["k_proj"](x).reshape(N, self.nkv, 1, self.D), w["k_norm"], self.eps)
         v = w["v_proj"](x).reshape(N, self.nkv, self.D)
-        q = mx.fast.rope(q, self.D, traditional=False, base=self.theta, scale=1.0, offset=positions)
-        k = mx.fast.rope(k, self.D, traditional=False, base=self.theta, scale=1.0, offset=positions)
+        q, k = self.rope(q, positions), self.rope(k, positions)
         st.write(cache.layer, bt.slots, k[:, :, 0].transpose(1, 0, 2), v.transpose(1, 0, 2))
         outs = []
         for i in range(len(bt.context)):

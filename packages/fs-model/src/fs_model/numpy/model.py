@@ -17,6 +17,7 @@ from fs_weights import Qwen3Config
 
 from ..errors import ModelError
 from ..model import Model
+from ..rope_scaling import rope_parameters
 from .attention import Attention
 from .block import Block
 from .kv_quant import quantize_kv
@@ -57,7 +58,7 @@ class NumpyModel(Model):
         self.lm_head: Linear = self.embed if c.tie_word_embeddings else weights["lm_head.weight"]
         self.norm = weights["model.norm.weight"]
         self.eps = c.rms_norm_eps
-        self.rope = RoPE(c.dim_head, c.rope_theta)
+        self.rope = RoPE(c.dim_head, c.rope_theta, *rope_parameters(c))  # rope_scaling (YaRN) folded in
         self.blocks = []
         for i in range(c.num_hidden_layers):
             p = f"model.layers.{i}."
