@@ -78,11 +78,21 @@ def spec_from_gguf(meta: dict[str, Any], source: str) -> tuple[dict[str, Any], d
     return spec, config, gen
 
 
+def _ids_only(part: Any) -> Any:
+    """A tokenizer.json part without ``trim_offsets``, which moves character offsets but never a token id (the
+    shipped demo tokenizer has it on, Qwen3's off: the same ids, the same GGUF pre-tokenizer)."""
+    if isinstance(part, dict):
+        return {k: _ids_only(v) for k, v in part.items() if k != "trim_offsets"}
+    if isinstance(part, list):
+        return [_ids_only(v) for v in part]
+    return part
+
+
 def gguf_fields(tok: Any, vocab_size: int) -> dict[str, Any]:
     """The ``tokenizer.*`` GGUF keys for a byte-level BPE tokenizer with Qwen2's pre-tokenizer (the inverse of
     ``spec_from_gguf``): ids past the tokenizer up to the model's ``vocab_size`` become unused ``[PADn]`` rows."""
     spec = tok.spec
-    if spec.get("pre_tokenizer") != PRE_TOKENIZERS["qwen2"]["pre_tokenizer"]:
+    if _ids_only(spec.get("pre_tokenizer")) != _ids_only(PRE_TOKENIZERS["qwen2"]["pre_tokenizer"]):
         raise TokenizerError(f"{tok.source}: only Qwen2's pre-tokenizer has a GGUF name here ('qwen2')")
     tokens, types = [f"[PAD{i}]" for i in range(vocab_size)], [UNUSED] * vocab_size
     for text, i in spec["model"]["vocab"].items():

@@ -67,6 +67,12 @@ def _convert(args: argparse.Namespace) -> int:
     from .convert import convert_checkpoint
     from .hub import resolve_model_path
 
+    if str(args.out).lower().endswith(".gguf"):  # it would be a safetensors directory named like a GGUF file
+        raise WeightsError(
+            f"{args.out}: fs-weights convert writes a safetensors directory; write a GGUF file with "
+            f"`fs-convert-gguf {args.src} {args.out} --outtype bf16|f16|f32|q8_0|q4_0` (fs-generate's: it converts "
+            "the vocabulary too)"
+        )
     t0 = time.perf_counter()
     src = resolve_model_path(args.src)
     bar, close = progress_bar(sys.stderr, quiet=args.quiet)

@@ -8,7 +8,7 @@ beside ``out`` and renamed into place.
 """
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +42,9 @@ def write_gguf(
     *,
     ggml_type: str = "BF16",
     tokenizer_fields: Mapping[str, Any] | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> Path:
+    """``progress(done, total)`` in tensors as each is converted (quantizing a 0.6B model takes seconds)."""
     import gguf
 
     if ggml_type not in TYPES:
@@ -68,9 +70,10 @@ def write_gguf(
             w.add_file_type(FILE_TYPE[ggml_type])
             for key, value in (tokenizer_fields or {}).items():
                 w.add_key_value(key, value, _value_type(gguf, value))
-            for name in ckpt.names():
-                if name.endswith((".scales", ".biases")):
-                    continue
+            names = [n for n in ckpt.names() if not n.endswith((".scales", ".biases"))]
+            for done, name in enumerate(names, 1):
+                if progress is not None:
+                    progress(done, len(names))
                 x = ckpt.get(name, dequantize=True)
                 if x.ndim == 1 or qtype == gguf.GGMLQuantizationType.F32:
                     w.add_tensor(gguf_name(name), x.astype(np.float32))
