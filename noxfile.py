@@ -155,6 +155,7 @@ def metal(session: nox.Session) -> None:
 BENCHES = {
     "cpu_speed": ["benchmarks/cpu_speed.py", "--rounds", "3", "--out", "docs/data/cpu_speed.json"],
     "weights_io": ["benchmarks/weights_io.py"],
+    "gguf_load": ["benchmarks/gguf_load.py"],
     "tokenizer_speed": ["benchmarks/tokenizer_speed.py"],
     "model_prefill": ["benchmarks/model_prefill.py", "--lengths", "128", "512", "--peer-lengths", "128"],
     "generate_decode": ["benchmarks/generate_decode.py"],
