@@ -107,9 +107,8 @@ def test_bad_gguf_files_are_refused_by_name(exported, tmp_path):
     w.write_header_to_file(), w.write_kv_data_to_file(), w.write_tensors_to_file(), w.close()
     with pytest.raises(GenerateError, match="only 'qwen3'"):
         load(str(tmp_path / "llama.gguf"))
-    w = gguf.GGUFWriter(str(tmp_path / "q41.gguf"), "qwen3")
-    q = gguf.GGMLQuantizationType.Q4_1
-    w.add_tensor("token_embd.weight", gguf.quants.quantize(np.zeros((8, 32), np.float32), q), raw_dtype=q)
+    w = gguf.GGUFWriter(str(tmp_path / "iq4.gguf"), "qwen3")
+    w.add_tensor("token_embd.weight", np.zeros((8, 18), np.uint8), raw_dtype=gguf.GGMLQuantizationType.IQ4_NL)
     w.write_header_to_file(), w.write_kv_data_to_file(), w.write_tensors_to_file(), w.close()
-    with pytest.raises(GenerateError, match="Q4_1; supported: F32, F16, BF16, Q8_0, Q4_0"):
-        load(str(tmp_path / "q41.gguf"))
+    with pytest.raises(GenerateError, match="IQ4_NL; the types that load: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0"):
+        load(str(tmp_path / "iq4.gguf"))

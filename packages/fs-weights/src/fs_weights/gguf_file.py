@@ -9,7 +9,10 @@ Types: F32, F16 and BF16 are read as they are. Q8_0 and Q4_0 store blocks of 32 
 ``d`` (Q8_0: int8 ``q``, w = d*q; Q4_0: 4-bit ``q``, w = d*(q-8)); both are exactly MLX affine quantization
 with group 32: codes ``q+128`` / ``q``, scale ``d``, bias ``-128d`` / ``-8d`` (exact in float16). They become
 ``.weight`` (uint32 codes) / ``.scales`` / ``.biases`` (F16) and run on fs's quantized kernels without a
-second rounding. Any other type (the K-quants, IQ*) is refused by name.
+second rounding. Q4_1, Q5_0, Q5_1 and the K-quants Q4_K, Q5_K, Q6_K (what Q4_K_M / Q5_K_M / Q6_K files hold) are
+read through the ``gguf`` package's own dequantizer as float32 (``DEQUANTIZED``): exact, and for now 4-8x the
+file's size in memory and on BLAS, until they get repacks onto fs's kernels. Any other type (IQ*, Q2_K, Q3_K,
+TQ*) is refused by name, listing the types that load.
 """
 
 import mmap
@@ -41,6 +44,8 @@ BLOCK = {  # GGUF block tensor -> HF name under model.layers.N
 TOP = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
 FLOAT_TYPES = {"F32": "F32", "F16": "F16", "BF16": "BF16"}
 QUANT_BITS = {"Q8_0": 8, "Q4_0": 4}
+DEQUANTIZED = ("Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K")  # float32 through gguf.quants.dequantize
+LOADS = ", ".join([*FLOAT_TYPES, *QUANT_BITS, *DEQUANTIZED])
 GROUP = 32  # values per Q8_0 / Q4_0 block
 
 
@@ -103,9 +108,11 @@ class GGUFFile:
                 self._add(name, "U32", (rows, cols * bits // 32), t, "weight")
                 self._add(base + ".scales", "F16", (rows, cols // GROUP), t, "scales")
                 self._add(base + ".biases", "F16", (rows, cols // GROUP), t, "biases")
+            elif kind in DEQUANTIZED:
+                self._add(name, "F32", shape, t, "dequantized")
             else:
                 raise WeightsError(
-                    f"{self.path}: tensor {t.name!r} is {kind}; supported: F32, F16, BF16, Q8_0, Q4_0 "
+                    f"{self.path}: tensor {t.name!r} is {kind}; the types that load: {LOADS} "
                     "(requantize the file with llama-quantize, or convert from the safetensors model)"
                 )
 
@@ -138,6 +145,12 @@ class GGUFFile:
         data, kind = self._stored(t), t.ggml_type
         if part == "float":
             return data.view({"F32": np.float32, "F16": np.float16, "BF16": np.uint16}[kind]).reshape(shape)
+        if part == "dequantized":
+            from gguf import GGMLQuantizationType, quants
+
+            rows = int(np.prod(shape[:-1])) if len(shape) > 1 else 1
+            out = quants.dequantize(data.reshape(rows, -1), GGMLQuantizationType[kind])
+            return np.asarray(out, dtype=np.float32).reshape(shape)
         blocks = data.reshape(shape[0], -1, 2 + (32 if kind == "Q8_0" else 16))
         d = blocks[..., :2].copy().view(np.float16)[..., 0]  # [rows, cols/32]
         if part == "scales":

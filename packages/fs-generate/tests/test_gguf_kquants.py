@@ -1,0 +1,88 @@
+"""GGUF files of the types Qwen3 users download (Q4_K_M, Q5_K_M and Q6_K files hold Q4_K, Q5_K, Q6_K tensors;
+older ones Q4_1, Q5_0, Q5_1): they load, each tensor exactly the `gguf` package's own dequantization of its blocks,
+so the model's logits equal - bit for bit - those of a safetensors checkpoint holding those dequantized values."""
+
+import json
+
+import numpy as np
+import pytest
+
+from fs_model import load_model
+from fs_weights import preset, write_random_checkpoint
+from fs_weights.gguf_export import gguf_name
+
+gguf = pytest.importorskip("gguf", reason="gguf is a dependency of fs-weights[gguf], which fs-generate requires")
+T = gguf.GGMLQuantizationType
+# K-quant rows are super-blocks of 256: every matrix's columns must be a multiple of it
+SHAPES = dict(vocab_size=512, hidden_size=256, intermediate_size=512, head_dim=64, num_attention_heads=4,
+              num_key_value_heads=2, max_position_embeddings=128, bos_token_id=None, eos_token_id=None)  # fmt: skip
+KINDS = [T.Q4_K, T.Q5_K, T.Q6_K, T.Q4_1, T.Q5_0, T.Q5_1]
+SCALE_AT = {T.Q4_K: (0, 2), T.Q5_K: (0, 2), T.Q6_K: (208,)}  # byte offsets of each block's float16 d (and dmin)
+
+
+def blocks(kind, x, rng):
+    """Row bytes of ``kind`` for matrix ``x``: gguf's quantizer where it has one; else (K-quants, which gguf-py
+    cannot quantize) random codes and scales with small finite float16 super-scales - every bit pattern a file may
+    hold, not only what a quantizer would choose."""
+    if kind not in SCALE_AT:
+        return gguf.quants.quantize(x, kind)
+    size, per = gguf.GGML_QUANT_SIZES[kind]
+    raw = rng.integers(0, 256, size=(x.shape[0], x.shape[1] // size, per), dtype=np.uint8)
+    for at in SCALE_AT[kind]:
+        raw[..., at : at + 2] = rng.uniform(-2e-3, 2e-3, raw.shape[:2]).astype(np.float16)[..., None].view(np.uint8)
+    return raw.reshape(x.shape[0], -1)
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    """(the K-quant GGUF, a safetensors directory of the very values gguf dequantizes its tensors to)."""
+    from safetensors.numpy import load_file, save_file
+
+    root = tmp_path_factory.mktemp("kq")
+    src = write_random_checkpoint(root / "src", preset("tiny", **SHAPES), dtype="float32")
+    c = json.loads((src / "config.json").read_text())
+    tensors = {k: v for f in src.glob("*.safetensors") for k, v in load_file(f).items()}
+    rng = np.random.default_rng(0)
+    w = gguf.GGUFWriter(str(root / "kq.gguf"), "qwen3")
+    for add, v in [(w.add_context_length, c["max_position_embeddings"]), (w.add_embedding_length, c["hidden_size"]),
+                   (w.add_feed_forward_length, c["intermediate_size"]), (w.add_block_count, c["num_hidden_layers"]),
+                   (w.add_head_count, c["num_attention_heads"]), (w.add_head_count_kv, c["num_key_value_heads"]),
+                   (w.add_key_length, c["head_dim"]), (w.add_value_length, c["head_dim"]),
+                   (w.add_rope_freq_base, c["rope_theta"]), (w.add_layer_norm_rms_eps, c["rms_norm_eps"])]:  # fmt: skip
+        add(v)
+    plain, used = {}, set()
+    for i, (name, x) in enumerate(sorted(tensors.items())):
+        if x.ndim == 1:
+            w.add_tensor(gguf_name(name), x)
+            plain[name] = x
+            continue
+        kind = KINDS[i % len(KINDS)]
+        raw = blocks(kind, x, rng)
+        w.add_tensor(gguf_name(name), raw, raw_dtype=kind)
+        plain[name] = gguf.quants.dequantize(raw, kind).astype(np.float32)
+        used.add(kind)
+    w.write_header_to_file(), w.write_kv_data_to_file(), w.write_tensors_to_file(), w.close()
+    ref = root / "dequantized"
+    ref.mkdir()
+    save_file(plain, ref / "model.safetensors")
+    (ref / "config.json").write_text(json.dumps(c))
+    assert used == set(KINDS)  # every type is in the file
+    return root / "kq.gguf", ref
+
+
+def test_k_quant_files_give_the_logits_of_their_dequantized_values_bit_for_bit(files):
+    gguf_file, ref = files
+    ids = [3, 141, 59, 265, 358, 97, 93, 238]
+    got = np.asarray(load_model(gguf_file, dtype="float32").forward(ids))
+    want = np.asarray(load_model(ref, dtype="float32").forward(ids))
+    assert np.isfinite(want).all() and np.array_equal(got, want)
+
+
+@pytest.mark.parity
+def test_the_mlx_backend_loads_the_same_file(files, reference):
+    reference("mlx.core")
+    gguf_file, ref = files
+    ids = [3, 141, 59, 265]
+    got = np.asarray(load_model(gguf_file, backend="mlx", dtype="float32").forward(ids))
+    want = np.asarray(load_model(ref, dtype="float32").forward(ids))
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)  # float32 on two backends
