@@ -110,5 +110,8 @@ def test_bad_gguf_files_are_refused_by_name(exported, tmp_path):
     w = gguf.GGUFWriter(str(tmp_path / "iq4.gguf"), "qwen3")
     w.add_tensor("token_embd.weight", np.zeros((8, 18), np.uint8), raw_dtype=gguf.GGMLQuantizationType.IQ4_NL)
     w.write_header_to_file(), w.write_kv_data_to_file(), w.write_tensors_to_file(), w.close()
-    with pytest.raises(GenerateError, match="IQ4_NL; the types that load: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0"):
+    with pytest.raises(
+        GenerateError,
+        match="IQ4_NL; the types that load: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K",
+    ):
         load(str(tmp_path / "iq4.gguf"))

@@ -1,6 +1,7 @@
 """GGUF files of the types Qwen3 users download (Q4_K_M, Q5_K_M and Q6_K files hold Q4_K, Q5_K, Q6_K tensors;
-older ones Q4_1, Q5_0, Q5_1): they load, each tensor exactly the `gguf` package's own dequantization of its blocks,
-so the model's logits equal - bit for bit - those of a safetensors checkpoint holding those dequantized values."""
+older ones Q4_1, Q5_0, Q5_1): they load, each tensor exactly the `gguf` package's own dequantization of its blocks
+(Q4_K and Q4_1 repacked as affine 4-bit for fs's kernels, the others dequantized), so the model's logits equal -
+bit for bit - those of a safetensors checkpoint holding those dequantized values."""
 
 import json
 
@@ -70,6 +71,40 @@ def files(tmp_path_factory):
     return root / "kq.gguf", ref
 
 
+def adversarial(kind, rows, rng):
+    """Blocks at the edges: zero and negative super-scales, float16 subnormals and the largest finite value,
+    every code and 6-bit scale at its maximum or zero."""
+    per = gguf.GGML_QUANT_SIZES[kind][1]
+    raw = rng.integers(0, 256, size=(rows, 2, per), dtype=np.uint8)
+    raw[0, :] = 0xFF if kind != T.Q4_1 else 0x0F  # all codes and 6-bit scales at their maximum
+    raw[1, :] = 0
+    heads = np.array([0.0, -0.0, 6.0e-8, -65504.0, 1e-3, -2.5], np.float16)  # incl. a subnormal and -max
+    for r in range(rows):
+        for at in SCALE_AT.get(kind, (0, 2) if kind == T.Q4_1 else (0,)):
+            raw[r, :, at : at + 2] = heads[(r + at) % len(heads)].reshape(1).view(np.uint8)
+    return raw.reshape(rows, -1)
+
+
+@pytest.mark.parametrize("kind", [T.Q4_K, T.Q4_1, T.Q4_0, T.Q8_0, T.Q6_K, T.Q5_K])
+def test_each_tensor_is_ggufs_own_dequantization_even_at_the_edges(tmp_path, kind):
+    from fs_weights import Checkpoint
+
+    rng = np.random.default_rng(int(kind))
+    raw = adversarial(kind, 8, rng)
+    w = gguf.GGUFWriter(str(tmp_path / "edge.gguf"), "qwen3")
+    w.add_tensor("token_embd.weight", raw, raw_dtype=kind)
+    w.write_header_to_file(), w.write_kv_data_to_file(), w.write_tensors_to_file(), w.close()
+    want = gguf.quants.dequantize(raw, kind).astype(np.float32)
+    from fs_weights.gguf_file import GGUFFile
+
+    f = GGUFFile(tmp_path / "edge.gguf")
+    with Checkpoint([f], tmp_path / "edge.gguf", {"group_size": 32, "bits": 4 if kind != T.Q8_0 else 8}) as ck:
+        got = ck.get("model.embed_tokens.weight", dequantize=True)
+    assert got.shape == want.shape and np.array_equal(got, want)  # every value the same float32
+    differ = got.view(np.uint32) != want.view(np.uint32)
+    assert not np.any(differ & (want != 0))  # bit differences only in a zero's sign: s*q + b cannot make -0.0
+
+
 def test_k_quant_files_give_the_logits_of_their_dequantized_values_bit_for_bit(files):
     gguf_file, ref = files
     ids = [3, 141, 59, 265, 358, 97, 93, 238]
@@ -86,3 +121,21 @@ def test_the_mlx_backend_loads_the_same_file(files, reference):
     got = np.asarray(load_model(gguf_file, backend="mlx", dtype="float32").forward(ids))
     want = np.asarray(load_model(ref, dtype="float32").forward(ids))
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)  # float32 on two backends
+
+
+@pytest.mark.kernels
+def test_the_4_bit_kernels_run_the_repacked_q4_k_and_q4_1_tensors(files):
+    from fs_model import cpu
+
+    if not cpu.HAVE_NUMBA:
+        pytest.fail("the kernels session installs numba")
+    gguf_file, ref = files
+    ids = [3, 141, 59, 265, 358, 97]
+    from fs_weights import Checkpoint
+
+    with Checkpoint.open(gguf_file) as ck:  # Q4_K / Q4_1 arrive as 4-bit codes, not floats
+        assert sum(ck.is_quantized(n) for n in ck.names()) >= 4
+    got = np.asarray(load_model(gguf_file).forward(ids))  # native: those codes on the quantized kernels
+    want = np.asarray(load_model(ref, dtype="float32").forward(ids))
+    # the same weights; the quantized kernels round activations as llama.cpp's do, so bf16's tolerance, not f32's
+    assert float(np.linalg.norm(got - want) / np.linalg.norm(want)) <= 1e-2

@@ -7,11 +7,15 @@ Shapes: GGUF lists dimensions fastest-first, so ``[1024, 151936]`` is numpy's ``
 
 Types: F32, F16 and BF16 are read as they are. Q8_0 and Q4_0 store blocks of 32 weights with one float16 scale
 ``d`` (Q8_0: int8 ``q``, w = d*q; Q4_0: 4-bit ``q``, w = d*(q-8)); both are exactly MLX affine quantization
-with group 32: codes ``q+128`` / ``q``, scale ``d``, bias ``-128d`` / ``-8d`` (exact in float16). They become
-``.weight`` (uint32 codes) / ``.scales`` / ``.biases`` (F16) and run on fs's quantized kernels without a
-second rounding. Q4_1, Q5_0, Q5_1 and the K-quants Q4_K, Q5_K, Q6_K (what Q4_K_M / Q5_K_M / Q6_K files hold) are
-read through the ``gguf`` package's own dequantizer as float32 (``DEQUANTIZED``): exact, and for now 4-8x the
-file's size in memory and on BLAS, until they get repacks onto fs's kernels. Any other type (IQ*, Q2_K, Q3_K,
+with group 32: codes ``q+128`` / ``q``, scale ``d``, bias ``-128d`` / ``-8d``. They become ``.weight`` (uint32
+codes) / ``.scales`` / ``.biases`` (F32: exact, where float16 would overflow -128d for |d| > 511.75) and run on
+fs's quantized kernels without a second rounding. Q4_1 (w = d*q + m) and Q4_K (super-blocks of 256: eight
+sub-blocks of 32, each w = (d*sc)*q - dmin*mn with 6-bit sc, mn) are the same affine 4-bit format with group 32:
+scale ``d`` / ``d*sc``, bias ``m`` / ``-(dmin*mn)`` (``d*sc`` needs 17 bits: float32), so they too run on the 4-bit
+kernels, exactly (every value equal to gguf's dequantization; only a zero's sign can differ, as ``s*q + b``
+cannot make -0.0). Q5_0, Q5_1, Q5_K and Q6_K (what Q5_K_M / Q6_K files hold, and Q4_K_M's largest tensors) are
+read through the ``gguf`` package's own dequantizer as float32 (``DEQUANTIZED``): exact, but for now 4-8x the
+file's size in memory and on BLAS, until 5- and 6-bit kernels exist. Any other type (IQ*, Q2_K, Q3_K,
 TQ*) is refused by name, listing the types that load.
 """
 
@@ -43,8 +47,11 @@ BLOCK = {  # GGUF block tensor -> HF name under model.layers.N
 }
 TOP = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
 FLOAT_TYPES = {"F32": "F32", "F16": "F16", "BF16": "BF16"}
-QUANT_BITS = {"Q8_0": 8, "Q4_0": 4}
-DEQUANTIZED = ("Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K")  # float32 through gguf.quants.dequantize
+QUANT_BITS = {"Q8_0": 8, "Q4_0": 4, "Q4_1": 4, "Q4_K": 4}  # repacked as MLX affine, group 32
+# scales and biases as float32: exact for every type (-128d overflows float16 once |d| > 511.75, and Q4_K's d*sc
+# needs 17 bits); the kernels widen them to float32 at load anyway
+SCALE_CODE = {"Q8_0": "F32", "Q4_0": "F32", "Q4_1": "F32", "Q4_K": "F32"}
+DEQUANTIZED = ("Q5_0", "Q5_1", "Q5_K", "Q6_K")  # float32 through gguf.quants.dequantize
 LOADS = ", ".join([*FLOAT_TYPES, *QUANT_BITS, *DEQUANTIZED])
 GROUP = 32  # values per Q8_0 / Q4_0 block
 
@@ -106,8 +113,8 @@ class GGUFFile:
                 bits, base = QUANT_BITS[kind], name.removesuffix(".weight")
                 self.bits[base] = bits
                 self._add(name, "U32", (rows, cols * bits // 32), t, "weight")
-                self._add(base + ".scales", "F16", (rows, cols // GROUP), t, "scales")
-                self._add(base + ".biases", "F16", (rows, cols // GROUP), t, "biases")
+                self._add(base + ".scales", SCALE_CODE[kind], (rows, cols // GROUP), t, "scales")
+                self._add(base + ".biases", SCALE_CODE[kind], (rows, cols // GROUP), t, "biases")
             elif kind in DEQUANTIZED:
                 self._add(name, "F32", shape, t, "dequantized")
             else:
@@ -151,21 +158,22 @@ class GGUFFile:
             rows = int(np.prod(shape[:-1])) if len(shape) > 1 else 1
             out = quants.dequantize(data.reshape(rows, -1), GGMLQuantizationType[kind])
             return np.asarray(out, dtype=np.float32).reshape(shape)
-        blocks = data.reshape(shape[0], -1, 2 + (32 if kind == "Q8_0" else 16))
-        d = blocks[..., :2].copy().view(np.float16)[..., 0]  # [rows, cols/32]
+        if kind == "Q4_K":
+            return _q4_k(data.reshape(shape[0], -1, 144), part, shape)
+        head = 4 if kind == "Q4_1" else 2  # d (and Q4_1's m) before the codes
+        blocks = data.reshape(shape[0], -1, head + (32 if kind == "Q8_0" else 16))
+        d = blocks[..., :2].copy().view(np.float16)[..., 0].astype(np.float32)  # [rows, cols/32]
         if part == "scales":
             return d
         if part == "biases":
-            return (d * np.float16(-128 if kind == "Q8_0" else -8)).astype(np.float16)
-        qs = np.ascontiguousarray(blocks[..., 2:])
+            if kind == "Q4_1":
+                return blocks[..., 2:4].copy().view(np.float16)[..., 0].astype(np.float32)
+            return d * np.float32(-128 if kind == "Q8_0" else -8)
+        qs = np.ascontiguousarray(blocks[..., head:])
         if kind == "Q8_0":  # int8 q -> uint8 q+128 is flipping the sign bit; 4 codes per little-endian uint32
             return (qs ^ np.uint8(0x80)).view("<u4").reshape(shape)
-        # Q4_0: byte j holds element j (low nibble) and element j+16 (high nibble) of its block of 32; MLX wants
-        # elements 2m, 2m+1 in byte m (low nibble first), i.e. bytes 0-7 from the low nibbles of pairs of bytes
-        # and bytes 8-15 from their high nibbles
-        lo, hi = qs[..., 0::2], qs[..., 1::2]
-        out = np.concatenate([(lo & 0x0F) | (hi << 4), (lo >> 4) | (hi & 0xF0)], axis=-1)
-        return out.view("<u4").reshape(shape)
+        # Q4_0 / Q4_1: byte j holds element j (low nibble) and element j+16 (high nibble) of its block of 32
+        return _pack4(np.concatenate([qs & 0x0F, qs >> 4], axis=-1), shape)
 
     def stored_bytes(self, name: str) -> np.ndarray:
         """The bytes the file holds for ``name`` (a quantized tensor's parts share their blocks): what a
@@ -181,6 +189,30 @@ class GGUFFile:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+
+
+def _pack4(codes: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """4-bit codes in element order -> MLX's packing: elements 2m, 2m+1 in byte m, low nibble first."""
+    return (codes[..., 0::2] | (codes[..., 1::2] << 4)).astype(np.uint8).view("<u4").reshape(shape)
+
+
+def _q4_k(blocks: np.ndarray, part: str, shape: tuple[int, ...]) -> np.ndarray:
+    """One part of Q4_K blocks ``[rows, n, 144]`` (d, dmin: float16; 12 bytes of eight 6-bit scales and mins; 128
+    bytes of codes) as affine group 32: scale ``d*sc``, bias ``-(dmin*mn)`` (float32, as gguf computes them)."""
+    rows = blocks.shape[0]
+    if part in ("scales", "biases"):
+        s = blocks[..., 4:16]
+        lo, mid, hi = s[..., 0:4], s[..., 4:8], s[..., 8:12]  # sc 0-3 | mn 0-3 | the high bits of 4-7
+        sc = np.concatenate([lo & 0x3F, (hi & 0x0F) | ((lo >> 2) & 0x30)], axis=-1)
+        mn = np.concatenate([mid & 0x3F, (hi >> 4) | ((mid >> 2) & 0x30)], axis=-1)
+        if part == "scales":
+            d = blocks[..., 0:2].copy().view(np.float16).astype(np.float32)
+            return (d * sc.astype(np.float32)).reshape(rows, -1)
+        dmin = blocks[..., 2:4].copy().view(np.float16).astype(np.float32)
+        return -(dmin * mn.astype(np.float32)).reshape(rows, -1)
+    qs = blocks[..., 16:].reshape(rows, -1, 4, 32)  # four chunks of 64: sub-block 2c in the low nibbles, 2c+1 high
+    codes = np.stack([qs & 0x0F, qs >> 4], axis=-2).reshape(rows, -1)
+    return _pack4(codes, shape)
 
 
 def gguf_config(f: GGUFFile) -> dict[str, Any]:
