@@ -145,3 +145,17 @@ def test_bad_constraint_flags_fail_before_loading(flags, message, capsys):
     assert main(["--model", "/no/model/here", "--prompt", "x", *flags]) == 2
     err = capsys.readouterr().err
     assert message in err and "loading" not in err
+
+
+def test_the_tiny_model_note_keys_on_the_models_size_not_its_vocabulary(tiny_dir, tmp_path, capsys):
+    """The tiny checkpoint has Qwen3's full 151,936-token vocabulary (the old rule, vocab < 1024, missed it); a
+    quantized checkpoint counts its logical parameters (what fs-bench's table says too): 596M for a 4-bit 0.6B."""
+    from fs_generate.model_flags import parameter_count
+    from fs_weights import load_config, preset, write_random_checkpoint
+
+    assert main(["--model", str(tiny_dir), "-p", "hi", "-m", "1"]) == 0
+    err = capsys.readouterr().err
+    assert "note: this is a tiny model (" in err and "M parameters)" in err
+    q4 = write_random_checkpoint(tmp_path / "q4", preset("tiny"), dtype="float32", quantize=4, group_size=32)
+    assert parameter_count(load_config(q4)) == parameter_count(preset("tiny"))
+    assert parameter_count(preset("qwen3-0.6b")) == 596_049_920

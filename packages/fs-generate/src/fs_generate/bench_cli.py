@@ -21,13 +21,13 @@ from typing import Any
 
 import numpy as np
 
-from fs_weights import Checkpoint, expected_tensors
+from fs_weights import Checkpoint
 from fs_weights.command_line import run_main
 
 from . import __version__
 from .cli import KNOWN_ERRORS
 from .errors import GenerateError
-from .model_flags import add_model_flags, load_from_args
+from .model_flags import add_model_flags, load_from_args, parameter_count
 from .step import PREFILL_CHUNK, last_logits, tokens_for
 
 
@@ -95,7 +95,7 @@ def timed(run: Callable[[], float], tokens: int, repetitions: int) -> list[float
 
 def describe(path: Any, model: Any) -> dict[str, Any]:
     """llama-bench's model columns: "qwen3 0.6B BF16", size in GiB of the stored weights, parameters."""
-    params = sum(int(np.prod(s)) for s in expected_tensors(model.config).values())
+    params = parameter_count(model.config)
     with Checkpoint.open(path) as ck:
         size = ck.nbytes
         codes = {ck.info(n).dtype for n in ck.names()}

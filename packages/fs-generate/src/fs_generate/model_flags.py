@@ -17,6 +17,17 @@ from fs_weights.command_line import positive_int, progress_bar
 from .demo import demo_banner
 from .resolve import load
 
+TINY = 100_000_000  # parameters: below this a model is a test or demo model (the smallest Qwen3 has 596M)
+
+
+def parameter_count(config: Any) -> int:
+    """The model's parameters as the architecture has them (logical shapes: a 4-bit 0.6B still has 596M)."""
+    import math
+
+    from fs_weights import expected_tensors
+
+    return sum(math.prod(s) for s in expected_tensors(config).values())
+
 
 def add_model_flags(ap: argparse.ArgumentParser) -> None:
     ap.add_argument(
@@ -66,9 +77,11 @@ def load_from_args(args: argparse.Namespace) -> tuple[Any, Tokenizer]:
     close()
     if not args.quiet:
         print(f"{' done' if bar else ''} {time.perf_counter() - t0:.1f}s", file=err, flush=True)
-        if model.config.vocab_size < 1024:
+        params = parameter_count(model.config)
+        if args.model is not None and params < TINY:  # the demo model says so in its own banner
             print(
-                "note: this is a tiny model; for real output pass --model Qwen/Qwen3-0.6B or a local Qwen3 directory",
+                f"note: this is a tiny model ({params / 1e6:.1f}M parameters); for real output pass --model "
+                "Qwen/Qwen3-0.6B or a local Qwen3 directory",
                 file=err,
             )
     return model, tok
