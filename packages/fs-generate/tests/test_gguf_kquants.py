@@ -139,3 +139,27 @@ def test_the_4_bit_kernels_run_the_repacked_q4_k_and_q4_1_tensors(files):
     want = np.asarray(load_model(ref, dtype="float32").forward(ids))
     # the same weights; the quantized kernels round activations as llama.cpp's do, so bf16's tolerance, not f32's
     assert float(np.linalg.norm(got - want) / np.linalg.norm(want)) <= 1e-2
+
+
+def test_damaged_k_quant_files_are_one_named_error(files, tmp_path):
+    """A row that is not whole super-blocks, and a file cut inside a K-quant tensor: refused by name and offset,
+    never a wrong array or a crash."""
+    from fs_model import ModelError
+
+    import struct
+
+    w = gguf.GGUFWriter(str(tmp_path / "rows.gguf"), "qwen3")
+    w.add_tensor("token_embd.weight", np.zeros((4, 144), np.uint8), raw_dtype=T.Q4_K)  # rows of one super-block
+    w.write_header_to_file(), w.write_kv_data_to_file(), w.write_tensors_to_file(), w.close()
+    data = bytearray((tmp_path / "rows.gguf").read_bytes())
+    at = data.index(b"token_embd.weight") + len(b"token_embd.weight") + 4  # past the name and n_dims
+    assert struct.unpack_from("<Q", data, at)[0] == 256
+    struct.pack_into("<Q", data, at, 384)  # the row now claims 1.5 super-blocks
+    (tmp_path / "rows.gguf").write_bytes(bytes(data))
+    with pytest.raises(ModelError, match="Q4_K stores blocks of 256 values but its first dimension is 384"):
+        load_model(tmp_path / "rows.gguf")
+    gguf_file, _ = files
+    data = gguf_file.read_bytes()
+    (tmp_path / "cut.gguf").write_bytes(data[: len(data) - 1000])
+    with pytest.raises(ModelError, match="cut.gguf"):
+        load_model(tmp_path / "cut.gguf")
