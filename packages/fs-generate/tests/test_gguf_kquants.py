@@ -144,9 +144,9 @@ def test_the_4_bit_kernels_run_the_repacked_q4_k_and_q4_1_tensors(files):
 def test_damaged_k_quant_files_are_one_named_error(files, tmp_path):
     """A row that is not whole super-blocks, and a file cut inside a K-quant tensor: refused by name and offset,
     never a wrong array or a crash."""
-    from fs_model import ModelError
-
     import struct
+
+    from fs_model import ModelError
 
     w = gguf.GGUFWriter(str(tmp_path / "rows.gguf"), "qwen3")
     w.add_tensor("token_embd.weight", np.zeros((4, 144), np.uint8), raw_dtype=T.Q4_K)  # rows of one super-block
