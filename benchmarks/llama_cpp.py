@@ -6,7 +6,8 @@ The source is the vendored tree of a pinned llama-cpp-python sdist (llama.cpp co
 PyPI's simple index and checked against the SHA-256 pinned below; it is built once with ``GGML_NATIVE=ON`` (the
 instructions this CPU has) into ``DIR`` (``nox -s bench`` passes its own cache) and reused. llama.cpp is timed by
 ``llama-bench`` (prefill and decode, batch 1) and ``llama-batched-bench`` (aggregate decode at several batch sizes),
-the figures llama.cpp users quote; each process's peak RSS is its ``VmHWM``, polled from ``/proc/<pid>/status``
+the figures llama.cpp users quote; ``llama-quantize`` makes the K-quant files (Q4_K_M, Q5_K_M, Q6_K) fs must
+read as llama.cpp writes them; each process's peak RSS is its ``VmHWM``, polled from ``/proc/<pid>/status``
 while it runs (``ru_maxrss`` survives ``exec``, so a child would report its parent's peak).
 """
 
@@ -23,7 +24,7 @@ from pathlib import Path
 VERSION = "0.3.36"  # llama-cpp-python; its vendor/llama.cpp is llama.cpp 0c1e570
 SDIST = f"llama_cpp_python-{VERSION}.tar.gz"
 SHA256 = "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"  # PyPI's, pinned here
-TARGETS = ("llama-bench", "llama-batched-bench", "llama-server")
+TARGETS = ("llama-bench", "llama-batched-bench", "llama-server", "llama-quantize")  # llama-quantize: K-quant files
 CMAKE_FLAGS = (
     "-DCMAKE_BUILD_TYPE=Release",
     "-DGGML_NATIVE=ON",
@@ -40,7 +41,8 @@ CMAKE_FLAGS = (
 
 
 def build(cache: Path) -> Path:
-    """The directory holding ``llama-bench``, ``llama-batched-bench`` and ``llama-server``, built on first use."""
+    """The directory holding ``TARGETS`` (llama-bench, llama-batched-bench, llama-server, llama-quantize), built on
+    first use."""
     root = cache / f"llama-cpp-python-{VERSION}-noamx"
     bindir = root / "build" / "bin"
     if all((bindir / t).exists() for t in TARGETS):

@@ -1,0 +1,90 @@
+"""The GGUF types Qwen3 users download, made by llama.cpp's own ``llama-quantize`` and read by both: does fs give
+llama.cpp's next-token log-probabilities on the same file?
+
+    uv run --group bench --package fs-generate python benchmarks/gguf_vs_llama.py --llama-bin DIR
+
+A random Qwen3 (hidden 256, so K-quant super-blocks of 256 fit every matrix) with Qwen3's real vocabulary is
+written as BF16 by ``fs-convert-gguf``, then quantized by ``llama-quantize`` to Q4_K_M, Q5_K_M, Q6_K and Q4_1. For
+each file llama-server (``n_probs: 20``, greedy, one token) and fs (the file loaded as it is: Q4_K/Q4_1 on the 4-bit
+kernels, Q5_K/Q6_K dequantized) score the same prompt; printed: whether the argmax agrees, and the largest and mean
+|fs - llama.cpp| log-probability over llama.cpp's top 20. llama.cpp rounds activations (to Q8_K for K-quant dot
+products, to bf16 for BF16 rows) and fs does not everywhere, so the two differ by that rounding, not by zero.
+"""
+
+import argparse
+import json
+import socket
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+
+from fs_generate.gguf_cli import export
+from fs_model import load_model
+from fs_weights import preset, write_random_checkpoint
+
+TYPES = ["BF16", "Q4_K_M", "Q5_K_M", "Q6_K", "Q4_1"]
+IDS = [785, 6722, 315, 9625, 374, 12095, 13, 576, 1156, 4128]  # "The capital of France is Paris. The first ..."
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def llama_logprobs(server: Path, gguf: Path) -> tuple[int, dict[int, float]]:
+    port = free_port()
+    proc = subprocess.Popen([str(server), "-m", str(gguf), "--port", str(port), "-t", "2", "-c", "256"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        body = json.dumps({"prompt": IDS, "n_predict": 1, "n_probs": 20, "temperature": 0, "cache_prompt": False,
+                           "post_sampling_probs": False}).encode()  # fmt: skip
+        for _ in range(300):
+            try:
+                req = urllib.request.Request(f"http://127.0.0.1:{port}/completion", data=body,
+                                             headers={"Content-Type": "application/json"})  # fmt: skip
+                first = json.load(urllib.request.urlopen(req, timeout=30))["completion_probabilities"][0]
+                return first["id"], {t["id"]: t["logprob"] for t in first["top_logprobs"]}
+            except (OSError, KeyError):
+                time.sleep(0.2)
+        raise RuntimeError(f"llama-server did not answer for {gguf}")
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--llama-bin", required=True, type=Path, help="llama.cpp's bin directory (benchmarks/llama_cpp.py)")
+    ap.add_argument("--tokenizer", default=str(Path(__file__).resolve().parents[2] / "shared" / "qwen3-tokenizer"))
+    ap.add_argument("--dir", type=Path, default=Path("/tmp/fs-bench/gguf-vs-llama"))
+    args = ap.parse_args()
+    src, bf16 = args.dir / "src", args.dir / "bf16.gguf"
+    if not (src / "config.json").exists():
+        shape = dict(hidden_size=256, intermediate_size=512, head_dim=64, num_attention_heads=4, num_key_value_heads=2,
+                     tie_word_embeddings=False)  # fmt: skip
+        write_random_checkpoint(src, preset("tiny", **shape), dtype="bfloat16", tokenizer=args.tokenizer)
+    if not bf16.exists():
+        export(str(src), bf16, "bf16")
+    print("| file | tensor types | same argmax | max abs dlogprob | mean |")
+    print("|---|---|---|---|---|")
+    for kind in TYPES:
+        f = bf16 if kind == "BF16" else args.dir / f"{kind.lower()}.gguf"
+        if not f.exists():
+            subprocess.run([str(args.llama_bin / "llama-quantize"), str(bf16), str(f), kind], check=True,
+                           capture_output=True)  # fmt: skip
+        from gguf import GGUFReader
+
+        kinds = ", ".join(sorted({t.tensor_type.name for t in GGUFReader(str(f)).tensors}))
+        top, theirs = llama_logprobs(args.llama_bin / "llama-server", f)
+        z = np.asarray(load_model(f).forward(IDS), np.float64)[-1]
+        lp = z - z.max() - np.log(np.exp(z - z.max()).sum())
+        d = [abs(lp[i] - p) for i, p in theirs.items()]
+        print(f"| {kind} | {kinds} | {int(np.argmax(lp)) == top} | {max(d):.4f} | {float(np.mean(d)):.4f} |")
+
+
+if __name__ == "__main__":
+    main()
