@@ -115,3 +115,24 @@ def test_bad_gguf_files_are_refused_by_name(exported, tmp_path):
         match="IQ4_NL; the types that load: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K",
     ):
         load(str(tmp_path / "iq4.gguf"))
+
+
+def test_yarn_survives_the_trip_through_gguf_and_unknown_scaling_keys_are_refused(tmp_path):
+    """config.json's rope_scaling becomes llama.cpp's qwen3.rope.scaling.* keys and comes back the same, so the file
+    computes what the directory does past the original context; a scaling key fs does not compute is named."""
+    from fs_model import ModelError, load_model
+
+    yarn = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32}
+    src = write_random_checkpoint(tmp_path / "yarn", preset("tiny", rope_scaling=yarn), dtype="float32")
+    out = write_gguf(src, tmp_path / "yarn.gguf", ggml_type="F32")
+    a, b = load_model(src, dtype="float32"), load_model(out, dtype="float32")
+    assert b.config.rope_scaling == yarn
+    ids = list(range(3, 123))  # 120 positions, past the original 32
+    assert np.array_equal(np.asarray(a.forward(ids)), np.asarray(b.forward(ids)))
+    w = gguf.GGUFWriter(str(tmp_path / "logmul.gguf"), "qwen3")
+    w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+    w.add_rope_scaling_yarn_log_mul(0.1)
+    w.add_tensor("token_embd.weight", np.zeros((8, 32), np.float32))
+    w.write_header_to_file(), w.write_kv_data_to_file(), w.write_tensors_to_file(), w.close()
+    with pytest.raises(ModelError, match="'qwen3.rope.scaling.yarn_log_multiplier' is not supported"):
+        load_model(tmp_path / "logmul.gguf")

@@ -68,6 +68,7 @@ def write_gguf(
             w.add_rope_freq_base(c.rope_theta)
             w.add_layer_norm_rms_eps(c.rms_norm_eps)
             w.add_file_type(FILE_TYPE[ggml_type])
+            _add_rope_scaling(w, c.rope_scaling)
             for key, value in (tokenizer_fields or {}).items():
                 w.add_key_value(key, value, _value_type(gguf, value))
             names = [n for n in ckpt.names() if not n.endswith((".scales", ".biases"))]
@@ -91,6 +92,25 @@ def write_gguf(
         tmp.unlink(missing_ok=True)
         raise
     return target
+
+
+def _add_rope_scaling(w: Any, scaling: dict[str, Any] | None) -> None:
+    """config.json's ``rope_scaling`` as llama.cpp's ``qwen3.rope.scaling.*`` keys (what gguf_file reads back)."""
+    import gguf
+
+    kind = (scaling or {}).get("rope_type") or (scaling or {}).get("type") or "default"
+    if scaling is None or kind == "default":
+        return
+    if kind not in ("yarn", "linear"):
+        raise WeightsError(f"rope_scaling type {kind!r} has no GGUF form here (yarn and linear do)")
+    w.add_rope_scaling_type(gguf.RopeScalingType(kind))
+    w.add_rope_scaling_factor(float(scaling["factor"]))
+    if "original_max_position_embeddings" in scaling:
+        w.add_rope_scaling_orig_ctx_len(int(scaling["original_max_position_embeddings"]))
+    if "beta_fast" in scaling:
+        w.add_rope_scaling_yarn_beta_fast(float(scaling["beta_fast"]))
+    if "beta_slow" in scaling:
+        w.add_rope_scaling_yarn_beta_slow(float(scaling["beta_slow"]))
 
 
 def _value_type(gguf: Any, value: Any) -> Any:

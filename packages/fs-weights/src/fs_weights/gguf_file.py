@@ -215,14 +215,37 @@ def _q4_k(blocks: np.ndarray, part: str, shape: tuple[int, ...]) -> np.ndarray:
     return _pack4(codes, shape)
 
 
+SCALING = "qwen3.rope.scaling."
+SCALING_KEYS = {  # llama.cpp's key -> config.json's rope_scaling key
+    "type": "rope_type",
+    "factor": "factor",
+    "original_context_length": "original_max_position_embeddings",
+    "yarn_beta_fast": "beta_fast",
+    "yarn_beta_slow": "beta_slow",
+}
+
+
+def rope_scaling(f: GGUFFile) -> dict[str, Any] | None:
+    """config.json's ``rope_scaling`` from llama.cpp's ``qwen3.rope.scaling.*`` keys (YaRN as Qwen3 documents it,
+    or linear); a key whose meaning fs does not compute (``yarn_log_multiplier``, ``attn_factor``...) is refused."""
+    m = f.metadata
+    found = {k.removeprefix(SCALING): v for k, v in m.items() if k.startswith(SCALING)}
+    unknown = sorted(set(found) - set(SCALING_KEYS))
+    if unknown:
+        raise WeightsError(f"{f.path}: metadata key '{SCALING}{unknown[0]}' is not supported (fs reads "
+                           f"{', '.join(SCALING + k for k in SCALING_KEYS)})")  # fmt: skip
+    if found.get("type", "none") == "none":
+        return None
+    return {SCALING_KEYS[k]: v for k, v in found.items()}
+
+
 def gguf_config(f: GGUFFile) -> dict[str, Any]:
     """config.json's keys for the model a GGUF file holds (Qwen3 only; others refused by name)."""
     m = f.metadata
     arch = m.get("general.architecture")
     if arch != "qwen3":
         raise WeightsError(f"{f.path}: general.architecture is {arch!r}; only 'qwen3' GGUF files are supported")
-    if any(k.startswith("qwen3.rope.scaling") for k in m):
-        raise WeightsError(f"{f.path}: RoPE scaling (qwen3.rope.scaling.*) is not supported")
+    scaling = rope_scaling(f)  # before the other keys: an unsupported one is the first thing to say
 
     def key(name: str) -> Any:
         if f"qwen3.{name}" not in m:
@@ -253,6 +276,8 @@ def gguf_config(f: GGUFFile) -> dict[str, Any]:
         "tie_word_embeddings": "lm_head.weight" not in f.tensors,
         "torch_dtype": {"BF16": "bfloat16", "F16": "float16"}.get(floats[0] if floats else "", "float32"),
     }
+    if scaling is not None:
+        cfg["rope_scaling"] = scaling
     layers = {int(n.split(".")[2]) for n in f.tensors if n.startswith("model.layers.")}
     if cfg["num_hidden_layers"] != len(layers) or layers != set(range(len(layers))):
         raise WeightsError(
