@@ -45,3 +45,19 @@ def test_bad_values_fail_before_loading(argv, words, capsys):
     except SystemExit as e:  # argparse's own refusals
         code = e.code
     assert code == 2 and words in capsys.readouterr().err
+
+
+def test_a_gguf_is_described_as_llama_bench_describes_it(tiny_dir, tmp_path):
+    """Its size on disk and llama.cpp's name for its file type (a Q4_K_M file says "Q4_K - Medium"), and the
+    parameters the architecture has, not the float32 size fs may hold some tensors in."""
+    from fs_generate import load
+    from fs_generate.bench_cli import describe, gguf_kind
+    from fs_generate.gguf_cli import export
+
+    out = export(str(tiny_dir), tmp_path / "t.gguf", "q8_0")
+    model, _ = load(str(out), dtype="float32")
+    row = describe(out, model)
+    assert row["model"].endswith(" Q8_0") and row["size"] == out.stat().st_size
+    assert row["params"] == describe(tiny_dir, load(str(tiny_dir))[0])["params"]
+    assert (gguf_kind(15), gguf_kind(18), gguf_kind(0), gguf_kind(10)) == ("Q4_K - Medium", "Q6_K", "all F32",
+                                                                           "Q2_K - Medium")  # fmt: skip

@@ -93,14 +93,39 @@ def timed(run: Callable[[], float], tokens: int, repetitions: int) -> list[float
 # --- the table ------------------------------------------------------------------------------------------------
 
 
+SIZE_WORDS = {"S": "Small", "M": "Medium", "L": "Large"}
+
+
+def gguf_kind(file_type: Any) -> str | None:
+    """llama.cpp's name for a GGUF's ``general.file_type`` (llama_model_ftype_name): 15 -> "Q4_K - Medium"."""
+    from gguf import LlamaFileType
+
+    try:
+        name = LlamaFileType(int(file_type)).name
+    except (TypeError, ValueError):
+        return None
+    if name == "ALL_F32":
+        return "all F32"
+    name = name.removeprefix("MOSTLY_")
+    if name == "Q2_K":
+        return "Q2_K - Medium"
+    head, _, size = name.rpartition("_")
+    return f"{head} - {SIZE_WORDS[size]}" if "_K" in head and size in SIZE_WORDS else name
+
+
 def describe(path: Any, model: Any) -> dict[str, Any]:
-    """llama-bench's model columns: "qwen3 0.6B BF16", size in GiB of the stored weights, parameters."""
+    """llama-bench's model columns: "qwen3 0.6B BF16", size in GiB of the stored weights, parameters. A GGUF file
+    is described as llama-bench describes it: its own size on disk and its file type's name."""
     params = parameter_count(model.config)
     with Checkpoint.open(path) as ck:
         size = ck.nbytes
         codes = {ck.info(n).dtype for n in ck.names()}
         q = ck.quantization
+        meta = getattr(ck.files[0], "metadata", None)  # a GGUFFile's header keys
     kind = f"Q{q['bits']}" if q else "BF16" if "BF16" in codes else "F16" if "F16" in codes else "F32"
+    if meta is not None:
+        size = os.path.getsize(path)
+        kind = gguf_kind(meta.get("general.file_type")) or kind
     scale = f"{params / 1e9:.1f}B" if params >= 1e8 else f"{params / 1e6:.0f}M"
     return {"model": f"qwen3 {scale} {kind}", "size": size, "params": params}
 
