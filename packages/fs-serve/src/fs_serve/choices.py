@@ -28,6 +28,16 @@ def token_entry(tokenizer: Any, token: int, lp: float | None) -> dict[str, Any]:
     return {"token": raw.decode("utf-8", errors="replace"), "logprob": lp, "bytes": list(raw)}
 
 
+def logprob_entries(tokenizer: Any, entries: list[Any]) -> list[dict[str, Any]]:
+    """``(token, logprob, top)`` triples as OpenAI's chat / Responses entries: token, logprob, bytes, top_logprobs."""
+    out = []
+    for t, lp, tops in entries:
+        e = token_entry(tokenizer, t, lp)
+        e["top_logprobs"] = [token_entry(tokenizer, i, p) for i, p in tops]
+        out.append(e)
+    return out
+
+
 class ChoiceStream:
     def __init__(
         self,

@@ -21,7 +21,7 @@ from typing import Any
 
 from fs_generate import Generation
 
-from .choices import token_entry
+from .choices import logprob_entries, token_entry
 
 
 @dataclass
@@ -64,12 +64,7 @@ class Reply:
             return None
         tok = self.tokenizer
         if self.kind == "chat":
-            content = []
-            for t, lp, tops in entries:
-                e = token_entry(tok, t, lp)
-                e["top_logprobs"] = [token_entry(tok, i, p) for i, p in tops]
-                content.append(e)
-            return {"content": content}
+            return {"content": logprob_entries(tok, entries)}
         tokens = [token_entry(tok, t, lp)["token"] for t, lp, _ in entries]
         offsets = []
         for s in tokens:

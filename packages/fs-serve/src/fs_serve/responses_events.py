@@ -28,7 +28,7 @@ from typing import Any
 
 from fs_generate import Generation
 
-from .choices import token_entry
+from .choices import logprob_entries
 from .responses_request import NamedTool, ResponsesRequest
 
 
@@ -192,14 +192,7 @@ class ResponseEvents:
         return len(self.items) - 1
 
     def _logprobs(self, entries: list[Any]) -> list[dict[str, Any]]:
-        if not self.logprobs:
-            return []
-        out = []
-        for t, lp, tops in entries:
-            e = token_entry(self.tok, t, lp)
-            e["top_logprobs"] = [token_entry(self.tok, i, p) for i, p in tops]
-            out.append(e)
-        return out
+        return logprob_entries(self.tok, entries) if self.logprobs else []
 
 
 def _copy(x: dict[str, Any]) -> dict[str, Any]:
