@@ -157,6 +157,7 @@ BENCHES = {
     "weights_io": ["benchmarks/weights_io.py"],
     "gguf_load": ["benchmarks/gguf_load.py"],
     "gguf_vs_llama": ["benchmarks/gguf_vs_llama.py"],
+    "kquant_speed": ["benchmarks/kquant_speed.py"],
     "tokenizer_speed": ["benchmarks/tokenizer_speed.py"],
     "model_prefill": ["benchmarks/model_prefill.py", "--lengths", "128", "512", "--peer-lengths", "128"],
     "generate_decode": ["benchmarks/generate_decode.py"],
@@ -172,7 +173,7 @@ BENCHES = {
     "serve_load": ["benchmarks/serve_load.py", "--out", "docs/data/serve_load.json"],
     "cold_start": ["benchmarks/cold_start.py", "--out", "docs/data/cold_start.json"],
 }
-PEERS = {"cpu_speed", "engine_serving", "serve_load", "gguf_vs_llama"}  # take --llama-bin
+PEERS = {"cpu_speed", "engine_serving", "serve_load", "gguf_vs_llama", "kquant_speed"}  # take --llama-bin
 
 
 @nox.session(default=False)

@@ -6,9 +6,10 @@ llama.cpp's next-token log-probabilities on the same file?
 A random Qwen3 (hidden 256, so K-quant super-blocks of 256 fit every matrix) with Qwen3's real vocabulary is
 written as BF16 by ``fs-convert-gguf``, then quantized by ``llama-quantize`` to Q4_K_M, Q5_K_M, Q6_K and Q4_1. For
 each file llama-server (``n_probs: 20``, greedy, one token) and fs (the file loaded as it is: Q4_K/Q4_1 on the 4-bit
-kernels, Q5_K/Q6_K dequantized) score the same prompt; printed: whether the argmax agrees, and the largest and mean
-|fs - llama.cpp| log-probability over llama.cpp's top 20. llama.cpp rounds activations (to Q8_K for K-quant dot
-products, to bf16 for BF16 rows) and fs does not everywhere, so the two differ by that rounding, not by zero.
+kernels, Q5_K/Q6_K as 8-bit codes on the 8-bit ones) score the same prompt; printed: whether the argmax agrees, and
+the largest and mean |fs - llama.cpp| log-probability over llama.cpp's top 20. llama.cpp rounds activations (to
+Q8_K for K-quant dot products, to bf16 for BF16 rows) and fs does not everywhere, so the two differ by that
+rounding, not by zero.
 """
 
 import argparse

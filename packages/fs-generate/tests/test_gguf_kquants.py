@@ -1,7 +1,8 @@
 """GGUF files of the types Qwen3 users download (Q4_K_M, Q5_K_M and Q6_K files hold Q4_K, Q5_K, Q6_K tensors;
-older ones Q4_1, Q5_0, Q5_1): they load, each tensor exactly the `gguf` package's own dequantization of its blocks
-(Q4_K and Q4_1 repacked as affine 4-bit for fs's kernels, the others dequantized), so the model's logits equal -
-bit for bit - those of a safetensors checkpoint holding those dequantized values."""
+older ones Q4_1, Q5_0, Q5_1): they load, each tensor repacked as MLX affine codes that are exactly the `gguf`
+package's own dequantization of its blocks (Q4_K and Q4_1 as 4-bit groups of 32, Q5_* as 8-bit groups of 32,
+Q6_K as 8-bit groups of 16), so the model's logits equal - bit for bit - those of a safetensors checkpoint holding
+those dequantized values, and the quantized kernels run the codes."""
 
 import json
 
@@ -76,16 +77,16 @@ def adversarial(kind, rows, rng):
     every code and 6-bit scale at its maximum or zero."""
     per = gguf.GGML_QUANT_SIZES[kind][1]
     raw = rng.integers(0, 256, size=(rows, 2, per), dtype=np.uint8)
-    raw[0, :] = 0xFF if kind != T.Q4_1 else 0x0F  # all codes and 6-bit scales at their maximum
+    raw[0, :] = 0xFF if kind not in (T.Q4_1, T.Q5_1) else 0x0F  # all codes and 6-bit scales at their maximum
     raw[1, :] = 0
     heads = np.array([0.0, -0.0, 6.0e-8, -65504.0, 1e-3, -2.5], np.float16)  # incl. a subnormal and -max
     for r in range(rows):
-        for at in SCALE_AT.get(kind, (0, 2) if kind == T.Q4_1 else (0,)):
+        for at in SCALE_AT.get(kind, (0, 2) if kind in (T.Q4_1, T.Q5_1) else (0,)):
             raw[r, :, at : at + 2] = heads[(r + at) % len(heads)].reshape(1).view(np.uint8)
     return raw.reshape(rows, -1)
 
 
-@pytest.mark.parametrize("kind", [T.Q4_K, T.Q4_1, T.Q4_0, T.Q8_0, T.Q6_K, T.Q5_K])
+@pytest.mark.parametrize("kind", [T.Q4_K, T.Q4_1, T.Q4_0, T.Q8_0, T.Q6_K, T.Q5_K, T.Q5_0, T.Q5_1])
 def test_each_tensor_is_ggufs_own_dequantization_even_at_the_edges(tmp_path, kind):
     from fs_weights import Checkpoint
 
@@ -95,10 +96,11 @@ def test_each_tensor_is_ggufs_own_dequantization_even_at_the_edges(tmp_path, kin
     w.add_tensor("token_embd.weight", raw, raw_dtype=kind)
     w.write_header_to_file(), w.write_kv_data_to_file(), w.write_tensors_to_file(), w.close()
     want = gguf.quants.dequantize(raw, kind).astype(np.float32)
-    from fs_weights.gguf_file import GGUFFile
+    from fs_weights.gguf_file import GGUFFile, quantization
 
     f = GGUFFile(tmp_path / "edge.gguf")
-    with Checkpoint([f], tmp_path / "edge.gguf", {"group_size": 32, "bits": 4 if kind != T.Q8_0 else 8}) as ck:
+    with Checkpoint([f], tmp_path / "edge.gguf", quantization(f)) as ck:
+        assert ck.is_quantized("model.embed_tokens.weight")  # codes, scales and biases: nothing dequantized
         got = ck.get("model.embed_tokens.weight", dequantize=True)
     assert got.shape == want.shape and np.array_equal(got, want)  # every value the same float32
     differ = got.view(np.uint32) != want.view(np.uint32)
@@ -124,8 +126,10 @@ def test_the_mlx_backend_loads_the_same_file(files, reference):
 
 
 @pytest.mark.kernels
-def test_the_4_bit_kernels_run_the_repacked_q4_k_and_q4_1_tensors(files):
+def test_the_quantized_kernels_run_every_repacked_tensor(files, monkeypatch):
     from fs_model import cpu
+    from fs_model.cpu import tiles
+    from fs_model.cpu.affine import AffineLinear
 
     if not cpu.HAVE_NUMBA:
         pytest.fail("the kernels session installs numba")
@@ -133,11 +137,23 @@ def test_the_4_bit_kernels_run_the_repacked_q4_k_and_q4_1_tensors(files):
     ids = [3, 141, 59, 265, 358, 97]
     from fs_weights import Checkpoint
 
-    with Checkpoint.open(gguf_file) as ck:  # Q4_K / Q4_1 arrive as 4-bit codes, not floats
-        assert sum(ck.is_quantized(n) for n in ck.names()) >= 4
-    got = np.asarray(load_model(gguf_file).forward(ids))  # native: those codes on the quantized kernels
+    with Checkpoint.open(gguf_file) as ck:  # every matrix arrives as codes, not floats
+        matrices = [n for n in ck.names() if n.endswith(".weight") and len(ck.info(n).shape) == 2]
+        assert all(ck.is_quantized(n) for n in matrices)
+        assert {ck.quant_params(n) for n in matrices} == {(4, 32), (8, 32), (8, 16)}
+
+    def linears(model):
+        parts = [vars(p).values() for b in model.blocks for p in (b.attn, b.mlp)]
+        return [v for part in parts for v in part if isinstance(v, AffineLinear)]
+
+    if tiles.applies("q4i", 512, 32):  # by default Q4_K's groups of 32 take int8 activations, as llama.cpp's do
+        assert {x.kind for x in linears(load_model(gguf_file)) if x.w.bits == 4} == {"q4i"}
+    monkeypatch.setattr(cpu.SWITCHES, "int8_activations", False)  # float activations: the repack alone is measured
+    model = load_model(gguf_file)  # native: those codes on the quantized kernels
+    assert {(x.w.bits, x.w.group_size) for x in linears(model)} == {(4, 32), (8, 32), (8, 16)}
+    got = np.asarray(model.forward(ids))
     want = np.asarray(load_model(ref, dtype="float32").forward(ids))
-    # the same weights; the quantized kernels round activations as llama.cpp's do, so bf16's tolerance, not f32's
+    # the same weights; bf16 K/V, so bf16's tolerance, not f32's
     assert float(np.linalg.norm(got - want) / np.linalg.norm(want)) <= 1e-2
 
 

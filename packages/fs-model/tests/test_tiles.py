@@ -52,6 +52,28 @@ def test_tiles_equal_the_float64_reference(tiled, kind, name):
     assert rel_err(got, want) < 1e-5
 
 
+def test_4_bit_groups_of_32_take_int8_activations_per_group_of_32(tiled):
+    """GGUF's Q4_K / Q4_1 / Q4_0 (4-bit groups of 32) on the integer tile: its exact contract, and the float
+    product within the activation rounding."""
+    n, k = SHAPES["gate/up"]
+    w, dense = weights("q4", n, k, group=32)
+    x = np.random.default_rng(1).standard_normal((5, k), dtype=np.float32) * np.float32(3)
+    assert AffineLinear(w).kind == "q4i"
+    got = tiles.matmul("q4i", w, x)
+    assert rel_err(got, int8_activation_contract(w, x)) < 1e-5
+    assert rel_err(got, x.astype(np.float64) @ dense.astype(np.float64).T) < 5e-2
+
+
+@pytest.mark.parametrize("kind", ["q8", "q8w"])
+def test_groups_of_16_tile_as_groups_of_64_do(tiled, kind):
+    """GGUF's Q6_K keeps its codes as 8-bit groups of 16 (one 16-byte chunk per group on AVX-512)."""
+    n, k = SHAPES["down"]
+    w, dense = weights(compiled(kind, 16), n, k, group=16)
+    x = np.random.default_rng(1).standard_normal((3, k), dtype=np.float32)
+    assert tiles.applies(compiled(kind, 16), k, 16) and AffineLinear(w).tiled
+    assert rel_err(tiles.matmul(kind, w, x), x.astype(np.float64) @ dense.astype(np.float64).T) < 1e-5
+
+
 @pytest.mark.parametrize("kind", ["q4i", "q8i", "q4iw"])
 @pytest.mark.parametrize("name", list(SHAPES))
 def test_int8_activation_tiles_equal_their_contract(tiled, kind, name):
@@ -67,10 +89,13 @@ def test_int8_activation_tiles_equal_their_contract(tiled, kind, name):
     assert rel_err(got, x.astype(np.float64) @ dense.astype(np.float64).T) < 5e-2
 
 
-def test_int8_activations_need_groups_of_64_and_the_switch(tiled, monkeypatch):
+def test_int8_activations_need_groups_of_64_or_32_and_the_switch(tiled, monkeypatch):
     from fs_model import cpu
 
-    assert not tiles.applies("q4i", 1024, 32) and not tiles.applies("q4i", 192, 64)
+    assert (
+        not tiles.applies("q4i", 1024, 128) and not tiles.applies("q4i", 192, 64) and not tiles.applies("q8i", 1024, 32)
+    )
+    assert tiles.applies("q4i", 1024, 32) and tiles.widest("q4i", 1024, 32) == "q4i"  # GGUF's Q4_K: AVX2's tile
     monkeypatch.setattr(cpu.SWITCHES, "int8_activations_8bit", True)
     assert AffineLinear(weights("q8", 8, 128)[0]).kind == "q8i"
     monkeypatch.setattr(cpu.SWITCHES, "int8_activations", False)
@@ -80,8 +105,8 @@ def test_int8_activations_need_groups_of_64_and_the_switch(tiled, monkeypatch):
 
 @pytest.mark.parametrize(
     "kind, group",
-    [("bf16", 0), ("q8", 32), ("q8", 64), ("q8", 128), ("q4", 32), ("q4", 64), ("q4i", 64), ("q8i", 64),
-     ("bf16w", 0), ("q8w", 32), ("q8w", 128), ("q4w", 32), ("q4w", 64), ("q4iw", 64)],
+    [("bf16", 0), ("q8", 16), ("q8", 32), ("q8", 64), ("q8", 128), ("q4", 32), ("q4", 64), ("q4i", 32), ("q4i", 64),
+     ("q8i", 64), ("bf16w", 0), ("q8w", 16), ("q8w", 32), ("q8w", 128), ("q4w", 32), ("q4w", 64), ("q4iw", 64)],
 )  # fmt: skip
 def test_a_row_gets_the_same_bits_in_every_panel(tiled, kind, group):
     """13 rows = panels of 4, 4, 4 and a lone row; 6 = 4 + 2; 3 = 2 + 1: a row computed by any of them, and alone,

@@ -74,7 +74,7 @@ def test_deeply_nested_safetensors_header_names_the_file(tmp_path):
         ({"rope_theta": -1.0}, "'rope_theta' must be a finite positive number"),
         ({"quantization": {"bits": "x", "group_size": 64}}, "'quantization': 'bits' must be one of 2, 4, 8, got 'x'"),
         ({"quantization": {"group_size": 64}}, "'quantization': 'bits' must be one of 2, 4, 8, got None"),
-        ({"quantization": {"bits": 4, "group_size": 0}}, "'group_size' must be one of 32, 64, 128, got 0"),
+        ({"quantization": {"bits": 4, "group_size": 0}}, "'group_size' must be one of 16, 32, 64, 128, got 0"),
         ({"quantization": 5}, "'quantization' must be dict, got int 5"),
         ({"eos_token_id": [1, "2"]}, "'eos_token_id' must be an int or a list of ints"),
         ({"hidden_act": "gelu"}, "'hidden_act' is 'gelu'"),

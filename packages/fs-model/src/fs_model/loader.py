@@ -56,8 +56,8 @@ def load_model(
     progress: Callable[[int, int], None] | None = None,
     tensor_group: Any = None,
 ) -> Model:
-    """``path`` is a model directory, or a llama.cpp ``.gguf`` file (F32/F16/BF16/Q8_0/Q4_0 tensors; Q8_0 and Q4_0
-    load as MLX affine 8/4-bit, group 32, without requantizing).
+    """``path`` is a model directory, or a llama.cpp ``.gguf`` file (F32/F16/BF16 tensors, and Q8_0, Q4_0, Q4_1,
+    Q4_K, Q5_0, Q5_1, Q5_K, Q6_K ones repacked exactly as MLX affine codes: fs_weights.gguf_blocks).
 
     numpy backend (always computes in float32): ``dtype=None``/``"native"`` keeps matrices as stored, as mlx-lm
     does (bf16 stays bf16 bits, an MLX 4/8-bit checkpoint stays quantized, float32 stays float32) and runs them

@@ -169,7 +169,7 @@ class GenerationConfig:
 
 
 QUANT_BITS = SUPPORTED_BITS  # the unpacker's widths (quantize.py decides)
-QUANT_GROUPS = (32, 64, 128)
+QUANT_GROUPS = (16, 32, 64, 128)  # MLX's, and 16 for GGUF's Q6_K (the MLX backend dequantizes that one)
 
 
 def check_quantization(q: Any, source: str) -> dict[str, Any]:

@@ -5,18 +5,11 @@ tensors are mapped on demand; the file must be a regular one. Names: ``token_emb
 -> ``model.embed_tokens``, ``blk.N.attn_q`` -> ``model.layers.N.self_attn.q_proj`` and so on (``NAMES``).
 Shapes: GGUF lists dimensions fastest-first, so ``[1024, 151936]`` is numpy's ``(151936, 1024)``.
 
-Types: F32, F16 and BF16 are read as they are. Q8_0 and Q4_0 store blocks of 32 weights with one float16 scale
-``d`` (Q8_0: int8 ``q``, w = d*q; Q4_0: 4-bit ``q``, w = d*(q-8)); both are exactly MLX affine quantization
-with group 32: codes ``q+128`` / ``q``, scale ``d``, bias ``-128d`` / ``-8d``. They become ``.weight`` (uint32
-codes) / ``.scales`` / ``.biases`` (F32: exact, where float16 would overflow -128d for |d| > 511.75) and run on
-fs's quantized kernels without a second rounding. Q4_1 (w = d*q + m) and Q4_K (super-blocks of 256: eight
-sub-blocks of 32, each w = (d*sc)*q - dmin*mn with 6-bit sc, mn) are the same affine 4-bit format with group 32:
-scale ``d`` / ``d*sc``, bias ``m`` / ``-(dmin*mn)`` (``d*sc`` needs 17 bits: float32), so they too run on the 4-bit
-kernels, exactly (every value equal to gguf's dequantization; only a zero's sign can differ, as ``s*q + b``
-cannot make -0.0). Q5_0, Q5_1, Q5_K and Q6_K (what Q5_K_M / Q6_K files hold, and Q4_K_M's largest tensors) are
-read through the ``gguf`` package's own dequantizer as float32 (``DEQUANTIZED``): exact, but for now 4-8x the
-file's size in memory and on BLAS, until 5- and 6-bit kernels exist. Any other type (IQ*, Q2_K, Q3_K,
-TQ*) is refused by name, listing the types that load.
+Types: F32, F16 and BF16 are read as they are. The quantized types that load (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K,
+Q5_K, Q6_K: what Q8_0, Q4_K_M, Q5_K_M and Q6_K files hold) become MLX affine parts - ``.weight`` uint32 codes,
+``.scales``, ``.biases`` - exactly (``gguf_blocks`` shows the formats and why no value moves), so they run on
+fs's quantized kernels without a second rounding. Any other type (IQ*, Q2_K, Q3_K, TQ*) is refused by name,
+listing the types that load.
 """
 
 import mmap
@@ -28,6 +21,7 @@ import numpy as np
 
 from .checkpoint import Checkpoint
 from .errors import WeightsError
+from .gguf_blocks import FORMATS, affine_part
 from .gguf_header import GGUFFormatError, GGUFHeader, GGUFTensor, parse_header
 from .regular_file import open_regular
 from .safetensors import TensorInfo
@@ -47,13 +41,7 @@ BLOCK = {  # GGUF block tensor -> HF name under model.layers.N
 }
 TOP = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
 FLOAT_TYPES = {"F32": "F32", "F16": "F16", "BF16": "BF16"}
-QUANT_BITS = {"Q8_0": 8, "Q4_0": 4, "Q4_1": 4, "Q4_K": 4}  # repacked as MLX affine, group 32
-# scales and biases as float32: exact for every type (-128d overflows float16 once |d| > 511.75, and Q4_K's d*sc
-# needs 17 bits); the kernels widen them to float32 at load anyway
-SCALE_CODE = {"Q8_0": "F32", "Q4_0": "F32", "Q4_1": "F32", "Q4_K": "F32"}
-DEQUANTIZED = ("Q5_0", "Q5_1", "Q5_K", "Q6_K")  # float32 through gguf.quants.dequantize
-LOADS = ", ".join([*FLOAT_TYPES, *QUANT_BITS, *DEQUANTIZED])
-GROUP = 32  # values per Q8_0 / Q4_0 block
+LOADS = ", ".join([*FLOAT_TYPES, *FORMATS])
 
 
 def hf_name(gguf_name: str) -> str:
@@ -90,7 +78,7 @@ class GGUFFile:
             self.header = _LAST[key]
             self.metadata = self.header.metadata
             self.tensors: dict[str, TensorInfo] = {}
-            self.bits: dict[str, int] = {}  # quantized HF base name -> bits
+            self.quant: dict[str, tuple[int, int]] = {}  # quantized HF base name -> (bits, group size)
             self._parts: dict[str, tuple[GGUFTensor, str]] = {}  # HF name -> (stored tensor, which part)
             self._tensors()
         except BaseException:
@@ -106,17 +94,15 @@ class GGUFFile:
             shape = tuple(reversed(t.dims))
             if kind in FLOAT_TYPES:
                 self._add(name, FLOAT_TYPES[kind], shape, t, "float")
-            elif kind in QUANT_BITS:
+            elif kind in FORMATS:
                 if len(shape) != 2:
                     raise WeightsError(f"{self.path}: tensor {t.name!r}: {kind} {list(t.dims)} is not a matrix")
                 rows, cols = shape
-                bits, base = QUANT_BITS[kind], name.removesuffix(".weight")
-                self.bits[base] = bits
+                (bits, group), base = FORMATS[kind], name.removesuffix(".weight")
+                self.quant[base] = (bits, group)
                 self._add(name, "U32", (rows, cols * bits // 32), t, "weight")
-                self._add(base + ".scales", SCALE_CODE[kind], (rows, cols // GROUP), t, "scales")
-                self._add(base + ".biases", SCALE_CODE[kind], (rows, cols // GROUP), t, "biases")
-            elif kind in DEQUANTIZED:
-                self._add(name, "F32", shape, t, "dequantized")
+                self._add(base + ".scales", "F32", (rows, cols // group), t, "scales")
+                self._add(base + ".biases", "F32", (rows, cols // group), t, "biases")
             else:
                 raise WeightsError(
                     f"{self.path}: tensor {t.name!r} is {kind}; the types that load: {LOADS} "
@@ -152,28 +138,8 @@ class GGUFFile:
         data, kind = self._stored(t), t.ggml_type
         if part == "float":
             return data.view({"F32": np.float32, "F16": np.float16, "BF16": np.uint16}[kind]).reshape(shape)
-        if part == "dequantized":
-            from gguf import GGMLQuantizationType, quants
-
-            rows = int(np.prod(shape[:-1])) if len(shape) > 1 else 1
-            out = quants.dequantize(data.reshape(rows, -1), GGMLQuantizationType[kind])
-            return np.asarray(out, dtype=np.float32).reshape(shape)
-        if kind == "Q4_K":
-            return _q4_k(data.reshape(shape[0], -1, 144), part, shape)
-        head = 4 if kind == "Q4_1" else 2  # d (and Q4_1's m) before the codes
-        blocks = data.reshape(shape[0], -1, head + (32 if kind == "Q8_0" else 16))
-        d = blocks[..., :2].copy().view(np.float16)[..., 0].astype(np.float32)  # [rows, cols/32]
-        if part == "scales":
-            return d
-        if part == "biases":
-            if kind == "Q4_1":
-                return blocks[..., 2:4].copy().view(np.float16)[..., 0].astype(np.float32)
-            return d * np.float32(-128 if kind == "Q8_0" else -8)
-        qs = np.ascontiguousarray(blocks[..., head:])
-        if kind == "Q8_0":  # int8 q -> uint8 q+128 is flipping the sign bit; 4 codes per little-endian uint32
-            return (qs ^ np.uint8(0x80)).view("<u4").reshape(shape)
-        # Q4_0 / Q4_1: byte j holds element j (low nibble) and element j+16 (high nibble) of its block of 32
-        return _pack4(np.concatenate([qs & 0x0F, qs >> 4], axis=-1), shape)
+        rows, cols = reversed(t.dims)  # the matrix's shape (the parts' shapes are the packed ones)
+        return affine_part(kind, data, (rows, cols), part)
 
     def stored_bytes(self, name: str) -> np.ndarray:
         """The bytes the file holds for ``name`` (a quantized tensor's parts share their blocks): what a
@@ -189,30 +155,6 @@ class GGUFFile:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
-
-
-def _pack4(codes: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
-    """4-bit codes in element order -> MLX's packing: elements 2m, 2m+1 in byte m, low nibble first."""
-    return (codes[..., 0::2] | (codes[..., 1::2] << 4)).astype(np.uint8).view("<u4").reshape(shape)
-
-
-def _q4_k(blocks: np.ndarray, part: str, shape: tuple[int, ...]) -> np.ndarray:
-    """One part of Q4_K blocks ``[rows, n, 144]`` (d, dmin: float16; 12 bytes of eight 6-bit scales and mins; 128
-    bytes of codes) as affine group 32: scale ``d*sc``, bias ``-(dmin*mn)`` (float32, as gguf computes them)."""
-    rows = blocks.shape[0]
-    if part in ("scales", "biases"):
-        s = blocks[..., 4:16]
-        lo, mid, hi = s[..., 0:4], s[..., 4:8], s[..., 8:12]  # sc 0-3 | mn 0-3 | the high bits of 4-7
-        sc = np.concatenate([lo & 0x3F, (hi & 0x0F) | ((lo >> 2) & 0x30)], axis=-1)
-        mn = np.concatenate([mid & 0x3F, (hi >> 4) | ((mid >> 2) & 0x30)], axis=-1)
-        if part == "scales":
-            d = blocks[..., 0:2].copy().view(np.float16).astype(np.float32)
-            return (d * sc.astype(np.float32)).reshape(rows, -1)
-        dmin = blocks[..., 2:4].copy().view(np.float16).astype(np.float32)
-        return -(dmin * mn.astype(np.float32)).reshape(rows, -1)
-    qs = blocks[..., 16:].reshape(rows, -1, 4, 32)  # four chunks of 64: sub-block 2c in the low nibbles, 2c+1 high
-    codes = np.stack([qs & 0x0F, qs >> 4], axis=-2).reshape(rows, -1)
-    return _pack4(codes, shape)
 
 
 SCALING = "qwen3.rope.scaling."
@@ -297,12 +239,22 @@ def gguf_config(f: GGUFFile) -> dict[str, Any]:
             )
         if name != "padding_token_id":
             cfg[name] = tid
-    if f.bits:
-        common = max(set(f.bits.values()), key=list(f.bits.values()).count)
-        cfg["quantization"] = {"group_size": GROUP, "bits": common} | {
-            base: {"group_size": GROUP, "bits": b} for base, b in f.bits.items() if b != common
-        }
+    q = quantization(f)
+    if q is not None:
+        cfg["quantization"] = q
     return cfg
+
+
+def quantization(f: GGUFFile) -> dict[str, Any] | None:
+    """config.json's ``quantization`` for the file's quantized tensors: the commonest (bits, group) at the top,
+    MLX's per-module entries for the others (a Q4_K_M file: 4-bit group 32, its Q6_K tensors 8-bit group 16)."""
+    if not f.quant:
+        return None
+    kinds = list(f.quant.values())
+    bits, group = max(set(kinds), key=kinds.count)
+    return {"group_size": group, "bits": bits} | {
+        base: {"group_size": g, "bits": b} for base, (b, g) in f.quant.items() if (b, g) != (bits, group)
+    }
 
 
 END_OF_GENERATION = frozenset({"<|endoftext|>", "<|im_end|>"})  # Qwen's end of a turn and of a document

@@ -11,7 +11,8 @@ matrix but within noise on a whole decode step here (memory-bound), so 8-bit wei
 unless ``FS_INT8_ACTIVATIONS=all`` (the activation rounding would triple their error).
 
 Contract (the same as vnni.py's, so one exact reference tests both): a row's activations are quantized per group
-of 64, ``x ≈ sx_g · xq_g`` with ``sx_g = max|x_g| / 127``, and with weights ``w = s·q + b``
+of G (the weights' group: 64, or 32 for 4-bit codes - GGUF's Q4_K, Q4_1, Q4_0), ``x ≈ sx_g · xq_g`` with
+``sx_g = max|x_g| / 127``, and with weights ``w = s·q + b``
 
     out[r, i] = hsum(acc) + bsum
     acc  = fma(float(q_g · xq_g as 8 int32 lanes), s_g · sx_g, acc)   over groups g = 0, 1, 2, … (8-wide)
@@ -30,41 +31,42 @@ from . import HAVE_NUMBA
 from .float_tiles import prefetch, store
 
 GROUP = 64  # weights per group, = activation quantization group (two 32-byte chunks per group)
+GROUPS_4BIT = (32, 64)  # the 4-bit AVX2 tile also takes groups of 32 (one 32-byte chunk per pair of groups)
 
 if HAVE_NUMBA:
     from numba import njit
 
     @njit(fastmath=True, cache=True)
-    def _quantize_rows(X, XQ, SX, XS):  # pragma: no cover - compiled
-        """Per group of 64: SX = max|x|/127, XQ = round(x/SX) in int8, XS = Σ x (exact, for the bias term)."""
+    def _quantize_rows(X, G, XQ, SX, XS):  # pragma: no cover - compiled
+        """Per group of G: SX = max|x|/127, XQ = round(x/SX) in int8, XS = Σ x (exact, for the bias term)."""
         for r in range(X.shape[0]):
             for g in range(SX.shape[1]):
-                x = X[r, g * GROUP : (g + 1) * GROUP]
+                x = X[r, g * G : (g + 1) * G]
                 m = np.float32(0.0)
                 s = np.float32(0.0)
-                for j in range(GROUP):
+                for j in range(G):
                     m = max(m, abs(x[j]))
                     s += x[j]
                 scale = m / np.float32(127.0) if m > 0 else np.float32(1.0)
                 inv = np.float32(1.0) / scale
-                q = XQ[r, g * GROUP : (g + 1) * GROUP]
-                for j in range(GROUP):
+                q = XQ[r, g * G : (g + 1) * G]
+                for j in range(G):
                     q[j] = np.int8(np.rint(x[j] * inv))
                 SX[r, g], XS[r, g] = scale, s
 
 
-def quantize_rows(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """x [m, k] float32 -> (xq int8 [m, k], side float32 [m, 2·k/64]: each row's sx_g for every group, then its
+def quantize_rows(x: np.ndarray, G: int = GROUP) -> tuple[np.ndarray, np.ndarray]:
+    """x [m, k] float32 -> (xq int8 [m, k], side float32 [m, 2·k/G]: each row's sx_g for every group, then its
     Σx_g for every group) per the module's contract."""
     m, k = x.shape
-    ng = k // GROUP
+    ng = k // G
     xq, side = np.empty((m, k), np.int8), np.empty((m, 2 * ng), np.float32)
-    _quantize_rows(x, xq, side[:, :ng], side[:, ng:])
+    _quantize_rows(x, G, xq, side[:, :ng], side[:, ng:])
     return xq, side
 
 
 def scales_and_sums(side: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``quantize_rows``' side array split into sx [m, k/64] and Σx [m, k/64] (views)."""
+    """``quantize_rows``' side array split into sx [m, k/G] and Σx [m, k/G] (views)."""
     ng = side.shape[1] // 2
     return side[:, :ng], side[:, ng:]
 
@@ -117,14 +119,18 @@ def _group_scalars(NR: int, MR: int, offsets: tuple[str, ...]) -> list[str]:
     return L
 
 
-def _pair_addresses(NR: int, MR: int) -> list[str]:
-    """Where loop step %c's pair of groups lies: each weight row's 64 planar code bytes (%wc, prefetched ahead),
-    each input row's 128 activation bytes (%xb) and side data (%as), and the two groups' float offsets (%g0b, %g1b)."""
-    L = ["  %cb = mul i64 %c, 64", "  %g0 = mul i64 %c, 2", "  %g0b = mul i64 %g0, 4", "  %g1b = add i64 %g0b, 4"]
+def _pair_addresses(NR: int, MR: int, G: int = GROUP) -> list[str]:
+    """Where loop step %c's pair of groups lies: each weight row's G planar code bytes (%wc, prefetched ahead),
+    each input row's 2G activation bytes (%xb) and side data (%as), and the two groups' float offsets (%g0b, %g1b)."""
+    L = [f"  %cb = mul i64 %c, {G}", "  %g0 = mul i64 %c, 2", "  %g0b = mul i64 %g0, 4", "  %g1b = add i64 %g0b, 4"]
     for n in range(NR):
         L += [f"  %wc{n} = add i64 %wr{n}, %cb", *prefetch(f"%pf{n}", f"%wc{n}")]
     for r in range(MR):
-        L += [f"  %xc{r} = mul i64 %c, 128", f"  %xb{r} = add i64 %xr{r}, %xc{r}", f"  %as{r} = add i64 %ar{r}, %ng4"]
+        L += [
+            f"  %xc{r} = mul i64 %c, {2 * G}",
+            f"  %xb{r} = add i64 %xr{r}, %xc{r}",
+            f"  %as{r} = add i64 %ar{r}, %ng4",
+        ]
     return L
 
 
@@ -142,31 +148,35 @@ def _pair_of_groups(NR: int, MR: int, products: Callable[[int, int, int, str, st
     return L
 
 
-def _q4_body(NR: int, MR: int) -> tuple[list[str], int]:
-    """One pair of groups: 64 planar code bytes per weight row (two 32-byte chunks, each a low and a high nibble
-    plane), 128 activation bytes per input row; ``vpmaddubsw`` then ``vpmaddwd`` by ones."""
-    L = _pair_addresses(NR, MR)
+def _q4_body(NR: int, MR: int, G: int = GROUP) -> tuple[list[str], int]:
+    """One pair of groups: G planar code bytes per weight row (G/32 chunks of 32 bytes, each a low and a high nibble
+    plane), 2G activation bytes per input row; ``vpmaddubsw`` then ``vpmaddwd`` by ones."""
+    C = G // 32  # 32-byte chunks per group
+    L = _pair_addresses(NR, MR, G)
     for n in range(NR):
-        for j in range(2):
+        for j in range(C):
             L += _load(f"%cq{n}_{j}", f"%wc{n}", 32 * j, "<32 x i8>")
             L += [
                 f"  %lo{n}_{j} = and <32 x i8> %cq{n}_{j}, splat (i8 15)",
                 f"  %hi{n}_{j} = lshr <32 x i8> %cq{n}_{j}, splat (i8 4)",
             ]
     for r in range(MR):
-        for j in range(4):
+        for j in range(2 * C):
             L += _load(f"%x{r}_{j}", f"%xb{r}", 32 * j, "<32 x i8>")
 
     def products(n: int, r: int, h: int, plane: str, t: str) -> list[str]:
         P = [
             f"  %p{t}{j} = call <16 x i16> @llvm.x86.avx2.pmadd.ub.sw(<32 x i8> %{plane}{n}_{j}, "
-            f"<32 x i8> %x{r}_{2 * h + j})"
-            for j in range(2)
+            f"<32 x i8> %x{r}_{C * h + j})"
+            for j in range(C)
         ]
+        total = f"%p{t}0"
+        if C == 2:  # two chunks' 16-bit sums add without overflow (8 products of at most 15 × 127 per lane)
+            P.append(f"  %p{t} = add <16 x i16> %p{t}0, %p{t}1")
+            total = f"%p{t}"
         return [
             *P,
-            f"  %p{t} = add <16 x i16> %p{t}0, %p{t}1",
-            f"  %i{t} = call <8 x i32> @llvm.x86.avx2.pmadd.wd(<16 x i16> %p{t}, <16 x i16> splat (i16 1))",
+            f"  %i{t} = call <8 x i32> @llvm.x86.avx2.pmadd.wd(<16 x i16> {total}, <16 x i16> splat (i16 1))",
         ]
 
     return L + _pair_of_groups(NR, MR, products, 8), 1
@@ -226,13 +236,16 @@ def _q8_body(NR: int, MR: int) -> tuple[list[str], int]:
     return L, 0
 
 
-def microkernel(NR: int, MR: int, bits: int = 4, vnni: bool = False) -> str:
+def microkernel(NR: int, MR: int, bits: int = 4, vnni: bool = False, G: int = GROUP) -> str:
     """``@q{bits}i_{NR}x{MR}`` (``@q4iw_…`` with ``vnni``) with tiles.py's ABI: pw/sw codes (4-bit: planar),
     ps/pb/sg scales and biases, px/sx int8 activations, pa/sa per-row [sx_g for every g, then Σx_g for every g]
-    (float32); ``groups`` counts loop iterations: pairs of groups (4-bit) or groups (8-bit)."""
+    (float32); ``groups`` counts loop iterations: pairs of groups (4-bit) or groups (8-bit). ``G``: 32 or 64 for
+    the AVX2 4-bit tile, 64 for the others."""
+    if G != GROUP and (bits != 4 or vnni):
+        raise ValueError(f"the {bits}-bit{' VNNI' if vnni else ''} integer tile takes groups of {GROUP}, not {G}")
     pairs = [(n, r) for n in range(NR) for r in range(MR)]
     W = 16 if vnni else 8
-    body, last = _q4_vnni_body(NR, MR) if vnni else _q4_body(NR, MR) if bits == 4 else _q8_body(NR, MR)
+    body, last = _q4_vnni_body(NR, MR) if vnni else _q4_body(NR, MR, G) if bits == 4 else _q8_body(NR, MR)
     sums = "mul i64 %groups, 8" if bits == 4 else "mul i64 %groups, 4"  # byte offset of the Σx_g in a side row
     L = [*_entry(NR, MR, sums), "loop:", "  %c = phi i64 [0, %entry], [%cn, %loop]"]
     for n, r in pairs:

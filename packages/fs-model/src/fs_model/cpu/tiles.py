@@ -82,7 +82,7 @@ def kernels(kind: str, G: int = 0) -> tuple[int, ...] | None:
         if kind in INTEGER:
             bits, vnni = (8 if kind == "q8i" else 4), kind == "q4iw"
             ir = integer_tiles.DECLARATIONS + "".join(
-                integer_tiles.microkernel(a, b, bits, vnni) for a, b in unique.values()
+                integer_tiles.microkernel(a, b, bits, vnni, G or integer_tiles.GROUP) for a, b in unique.values()
             )
             features = VNNI_FEATURES if vnni else features
         else:
@@ -175,17 +175,20 @@ def widest(kind: str, k: int, G: int = 0) -> str:
     wide = kind + "w"
     if kind not in ("bf16", "q8", "q4", "q4i") or not SWITCHES.wide_tiles or k % 16 or (G and G % 16):
         return kind
+    if kind == "q4i" and G != integer_tiles.GROUP:  # the VNNI tile's 64-byte registers hold pairs of groups of 64
+        return kind
     return wide if kernels(wide, G) is not None else kind
 
 
 def applies(kind: str, k: int, G: int = 0) -> bool:
     """This CPU runs the tiles (AVX2 + FMA; ``FS_TILES=0`` turns them off) and the shape tiles: k a multiple of 8
-    (bf16, 8-bit), an even number of groups of a multiple of 16 (planar 4-bit), groups of 64 (int8 activations)."""
+    (bf16, 8-bit), an even number of groups of a multiple of 16 (planar 4-bit), groups of 64 (int8 activations;
+    4-bit codes: 32 too)."""
     if not (HAVE_NUMBA and SWITCHES.tiles):
         return False
     if kind == "q4" and (k % (2 * G) or G % 16):
         return False
-    if kind == "q4i" and (G != integer_tiles.GROUP or k % (2 * G) or not SWITCHES.int8_activations):
+    if kind == "q4i" and (G not in integer_tiles.GROUPS_4BIT or k % (2 * G) or not SWITCHES.int8_activations):
         return False
     if kind == "q8i" and (G != integer_tiles.GROUP or k % G or not SWITCHES.int8_activations):
         return False
@@ -227,7 +230,7 @@ class Tiled:
         m = X.shape[0]
         side = _NO_SIDE
         if self.kind in INTEGER:  # int8 activations per group, [scales | sums] per row (integer_tiles.py)
-            X, side = quantize_rows(X)
+            X, side = quantize_rows(X, self.G)
         elif self.kind in ("q8", "q4", "q8w", "q4w"):  # each row's group sums, for the bias term (float_tiles.py)
             side = np.empty((m, self.k // self.G), np.float32)
             _group_sums(X, self.G, side)

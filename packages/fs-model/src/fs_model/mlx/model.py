@@ -18,6 +18,7 @@ from ..rope_scaling import rope_parameters
 from .quantized_attention import quantize_kv, quantized_attention
 from .shard import AllSum, check_divisible, rank_slice, shard_model, split_of
 
+MLX_GROUPS = (32, 64, 128)  # the group sizes mx.quantized_matmul takes
 DTYPES = {"float32": mx.float32, "bfloat16": mx.bfloat16, "float16": mx.float16}
 
 
@@ -183,8 +184,11 @@ class MlxModel(Model):
                 done += ckpt.weight_nbytes(n)
                 progress(done, total)
             base = n.removesuffix(".weight")
-            if ckpt.is_quantized(n):
-                bits, group = ckpt.quant_params(n)
+            bits, group = ckpt.quant_params(n) if ckpt.is_quantized(n) else (0, 0)
+            if group and group not in MLX_GROUPS:  # GGUF's Q6_K (groups of 16): the exact values, dequantized
+                dense = ckpt.get(n, np.float32, dequantize=True)
+                weights[base] = Linear(mx.array(rank_slice(ckpt, n, rank, N, dense)).astype(dt))
+            elif group:
                 weights[base] = Linear(
                     mx.array(part(n)),
                     _to_mx(ckpt, base + ".scales", dt, part(base + ".scales")),

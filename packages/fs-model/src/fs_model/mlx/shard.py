@@ -44,9 +44,10 @@ def split_of(name: str) -> int | None:
     return SPLIT.get(parts[-2]) if len(parts) >= 2 else None
 
 
-def rank_slice(ckpt: Checkpoint, name: str, rank: int, N: int) -> np.ndarray:
-    """This rank's part of a stored tensor (raw storage: BF16 as uint16, packed uint32 codes as they are)."""
-    raw = ckpt.raw(name)
+def rank_slice(ckpt: Checkpoint, name: str, rank: int, N: int, raw: np.ndarray | None = None) -> np.ndarray:
+    """This rank's part of a stored tensor (raw storage: BF16 as uint16, packed uint32 codes as they are), or of
+    ``raw``, the tensor already read another way."""
+    raw = ckpt.raw(name) if raw is None else raw
     axis = split_of(name)
     if axis is None or N == 1:
         return np.asarray(raw)

@@ -1,0 +1,95 @@
+"""The K-quant files Qwen3 users download, timed: fs against ``llama-bench`` on the very same GGUF file.
+
+    uv run nox -s bench -- kquant_speed      # or, with llama.cpp built (benchmarks/llama_cpp.py):
+    uv run --all-packages --all-extras --group parity --group bench python benchmarks/kquant_speed.py --llama-bin DIR
+
+The random checkpoint with Qwen3-0.6B's shapes (bf16, Qwen3's real vocabulary) is written as a BF16 GGUF by
+``fs-convert-gguf``, then ``llama-quantize`` makes the Q4_K_M and Q6_K files llama.cpp users run. Each file is
+loaded by fs as it is (``dtype="native"``: Q4_K on the 4-bit kernels, Q6_K as 8-bit groups of 16, both exact
+repacks of the file's codes) and timed by ``llama-bench -p P -n N -t 2``; prefill P and decode N, every engine in
+its own process, rounds interleaved, each engine's best round kept (this machine moves ±20 % run to run). Printed:
+tok/s, fs ÷ llama.cpp, and the bytes each engine keeps for the weights (fs: its kernels' codes, scales and
+biases; llama.cpp: the file's tensor bytes).
+"""
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
+from fs_generate.gguf_cli import export
+
+sys.path.insert(0, str(Path(__file__).parent))
+from common import CACHE, qwen3_06b
+from cpu_speed import FS, keep_best, run
+from llama_cpp import bench
+
+TYPES = ["Q4_K_M", "Q6_K"]
+
+
+def gguf_files(llama_bin: Path, tokenizer: str) -> dict[str, Path]:
+    src = qwen3_06b("bfloat16", tokenizer=tokenizer)
+    bf16 = CACHE / "qwen3-0.6b-bf16.gguf"
+    if not bf16.exists():
+        export(str(src), bf16, "bf16")
+    files = {}
+    for kind in TYPES:
+        f = CACHE / f"qwen3-0.6b-{kind.lower()}.gguf"
+        if not f.exists():
+            part = f.with_suffix(".part")
+            subprocess.run([str(llama_bin / "llama-quantize"), str(bf16), str(part), kind], check=True,
+                           capture_output=True)  # fmt: skip
+            part.rename(f)
+        files[kind] = f
+    return files
+
+
+def weight_bytes(f: Path) -> tuple[int, int]:
+    """(bytes fs keeps for the matrices' codes, scales and biases; bytes the file's tensors take)."""
+    from gguf import GGUFReader
+
+    from fs_weights import Checkpoint
+
+    with Checkpoint.open(f) as ck:
+        ours = sum(ck.info(n).nbytes for n in ck.names())
+    return ours, sum(int(t.n_bytes) for t in GGUFReader(str(f)).tensors)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--llama-bin", required=True, type=Path, help="llama.cpp's bin directory (benchmarks/llama_cpp.py)")
+    ap.add_argument("--prefill", type=int, default=64)
+    ap.add_argument("--decode", type=int, default=32)
+    ap.add_argument("--rounds", type=int, default=3, help="every engine this many times, interleaved; the best kept")
+    ap.add_argument("--tokenizer", default=str(Path(__file__).resolve().parents[2] / "shared" / "qwen3-tokenizer"))
+    args = ap.parse_args()
+    S, N = args.prefill, args.decode
+    files = gguf_files(args.llama_bin, args.tokenizer)
+    best: dict[str, dict] = {}
+    for r in range(args.rounds):
+        for kind, f in files.items():
+            print(f"round {r + 1}/{args.rounds}: {kind}", flush=True)
+            got = run(sys.executable, FS, f, "native", "-", S, N)
+            if got is not None:
+                keep_best(best, f"fs {kind}", got)
+            keep_best(best, f"llama.cpp {kind}", bench(args.llama_bin, f, S, N))
+    print(f"\nQwen3-0.6B shapes, prefill {S}, decode {N}, 2 threads, best of {args.rounds} interleaved rounds")
+    print(
+        "| file | fs prefill tok/s | llama-bench | ratio | fs decode tok/s | llama-bench | ratio | weight MB fs/file |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    for kind, f in files.items():
+        a, b = best.get(f"fs {kind}"), best[f"llama.cpp {kind}"]
+        ours, theirs = weight_bytes(f)
+        if a is None:
+            print(f"| {kind} | failed | {b['prefill_tps']:.1f} | | failed | {b['decode_tps']:.2f} | | |")
+            continue
+        print(
+            f"| {kind} | {a['prefill_tps']:.1f} | {b['prefill_tps']:.1f} | {a['prefill_tps'] / b['prefill_tps']:.2f}× "
+            f"| {a['decode_tps']:.2f} | {b['decode_tps']:.2f} | {a['decode_tps'] / b['decode_tps']:.2f}× "
+            f"| {ours / 1e6:.0f} / {theirs / 1e6:.0f} |"
+        )
+
+
+if __name__ == "__main__":
+    main()
