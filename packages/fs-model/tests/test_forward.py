@@ -110,7 +110,7 @@ def test_positions_past_the_context_and_cache_mismatch(model):
     [
         ({"rope_scaling": {"type": "yarn", "factor": 4.0}}, "rope_scaling"),
         ({"use_sliding_window": True, "sliding_window": 64}, "use_sliding_window"),
-        ({"num_experts": 8}, "mixture-of-experts"),
+        ({"num_experts": 8}, "num_experts is 8 \\(a Qwen3-MoE config says 'qwen3_moe'\\)"),
         ({"hidden_act": "gelu"}, "hidden_act"),
     ],
 )

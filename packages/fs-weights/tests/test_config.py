@@ -48,6 +48,19 @@ def test_real_config_loads_with_hf_keys_and_keeps_unknown_keys(tmp_path):
     assert c == preset("qwen3-0.6b").replace(torch_dtype="bfloat16")
 
 
+MOE = {"model_type": "qwen3_moe", "num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 64}
+
+
+def test_a_qwen3_moe_config_names_its_sparse_layers_and_round_trips(tmp_path):
+    """Qwen3-30B-A3B's keys (router_aux_loss_coef only matters to training: kept, unused)."""
+    d = QWEN3_06B | MOE | {"norm_topk_prob": True, "decoder_sparse_step": 2, "mlp_only_layers": [5],
+                           "router_aux_loss_coef": 0.001, "architectures": ["Qwen3MoeForCausalLM"]}  # fmt: skip
+    c = load_config(write(tmp_path, d))
+    assert [i for i in range(8) if c.is_sparse(i)] == [1, 3, 7]  # (i + 1) % 2 == 0, and 5 is dense
+    assert c.to_dict() | {"rope_scaling": None, "sliding_window": None} == d | {"use_cache": True}
+    assert "num_experts" not in load_config(write(tmp_path, QWEN3_06B)).to_dict()  # dense configs stay as written
+
+
 def test_head_dim_is_derived_when_absent(tmp_path):
     d = {k: v for k, v in QWEN3_06B.items() if k != "head_dim"}
     assert load_config(write(tmp_path, d)).dim_head == 1024 // 16
@@ -63,7 +76,12 @@ def test_head_dim_is_derived_when_absent(tmp_path):
         ({"num_key_value_heads": 5}, "num_key_value_heads", "must divide"),
         ({"vocab_size": 0}, "vocab_size", "must be positive"),
         ({"head_dim": None, "hidden_size": 1000, "num_attention_heads": 16}, "head_dim", "not divisible"),
-        ({"model_type": "qwen3_moe"}, "model_type", "only dense"),
+        ({"model_type": "llama"}, "model_type", "supported: 'qwen3', 'qwen3_moe'"),
+        ({"model_type": "qwen3_moe"}, "num_experts", "must be positive for a qwen3_moe model"),
+        (MOE | {"num_experts_per_tok": 9}, "num_experts_per_tok", "exceeds num_experts (8)"),
+        (MOE | {"mlp_only_layers": [28]}, "mlp_only_layers", "layer indices below 28"),
+        (MOE | {"norm_topk_prob": 1}, "norm_topk_prob", "must be bool"),
+        (MOE | {"decoder_sparse_step": 0}, "decoder_sparse_step", "must be positive"),
         ({"quantization": {"bits": "4"}}, "quantization", "'bits' must be one of"),
         ({"quantization": {"bits": 4, "group_size": 0}}, "quantization", "'group_size' must be one of"),
         ({"rms_norm_eps": float("nan")}, "rms_norm_eps", "finite positive"),

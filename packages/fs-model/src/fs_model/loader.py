@@ -41,9 +41,6 @@ def check_supported(c: Qwen3Config) -> None:
         raise ModelError(f"{c.source}: hidden_act {c.hidden_act!r} is not implemented (only silu)")
     if c.dim_head % 2:
         raise ModelError(f"{c.source}: head_dim {c.dim_head} must be even for rotary embedding")
-    for key in ("num_experts", "moe_intermediate_size"):
-        if key in c.extra:
-            raise ModelError(f"{c.source}: {key!r} present: mixture-of-experts checkpoints are not supported")
 
 
 def load_model(

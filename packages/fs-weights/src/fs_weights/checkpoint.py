@@ -24,6 +24,8 @@ from .quantize import dequantize as _dequantize
 from .safetensors import SafetensorsFile, TensorInfo
 
 INDEX = "model.safetensors.index.json"
+# mlx-lm's Qwen3-MoE layout (what mlx-community's conversions hold): each layer's experts stacked [E, out, in]
+STACKED = re.compile(r"(.+\.mlp)\.switch_mlp\.(gate_proj|up_proj|down_proj)\.(weight|scales|biases)$")
 DIGEST_SAMPLES, DIGEST_SLICE = 16, 4096
 
 
@@ -46,6 +48,24 @@ class Checkpoint:
         if self.headless:
             self._stored = {"model." + n: n for n in self._where}
             self._where = {"model." + n: f for n, f in self._where.items()}
+        self._experts: dict[str, tuple[str, str, int]] = {}  # per-expert name -> (stacked name, stored name, e)
+        self._unstack_experts()
+
+    def _unstack_experts(self) -> None:
+        """mlx-lm's stacked experts (``mlp.switch_mlp.gate_proj.weight`` [E, out, in], and its ``.scales`` /
+        ``.biases``) read under transformers' per-expert names (``mlp.experts.{e}.gate_proj.weight`` [out, in]):
+        each expert is a view of its slice of the stacked tensor, so both layouts load the same way."""
+        for name in [n for n in self._where if STACKED.match(n)]:
+            f, stored = self._where.pop(name), self._stored.pop(name, name)
+            shape = f.tensors[stored].shape
+            if len(shape) != 3:
+                raise WeightsError(f"{f.path}: tensor {stored!r} is {list(shape)}; stacked experts are [E, out, in]")
+            m = STACKED.match(name)
+            assert m is not None
+            for e in range(shape[0]):
+                alias = f"{m[1]}.experts.{e}.{m[2]}.{m[3]}"
+                self._where[alias] = f
+                self._experts[alias] = (name, stored, e)
 
     @classmethod
     def open(cls, path: str | os.PathLike[str]) -> "Checkpoint":
@@ -92,20 +112,32 @@ class Checkpoint:
         return len(self._where)
 
     def info(self, name: str) -> TensorInfo:
+        if name in self._experts:  # one expert's slice of a stacked tensor: its own shape and byte range
+            _, stored, e = self._experts[name]
+            t = self._file(name).tensors[stored]
+            per = t.nbytes // t.shape[0]
+            return TensorInfo(name, t.dtype, t.shape[1:], t.begin + e * per, t.begin + (e + 1) * per, t.file)
         return self._file(name).tensors[self._stored.get(name, name)]
 
     def raw(self, name: str) -> np.ndarray:
         """The stored array without conversion (read-only, mmap-backed; BF16 as uint16 bits). A float tensor is
         scanned for NaN / Inf the first time it is read, and refused by name if it holds one (``finite.py``)."""
         f, stored = self._file(name), self._stored.get(name, name)
-        arr = f.raw(stored)
+        if name in self._experts:
+            _, stored, e = self._experts[name]
+            arr = f.raw(stored)[e]
+        else:
+            arr = f.raw(stored)
         if name not in self._finite:
-            check_finite(arr, f.tensors[stored].dtype, f"{f.path}: tensor {stored!r}")
+            where = f"{stored!r}" if name not in self._experts else f"{stored!r} (expert {self._experts[name][2]})"
+            check_finite(arr, f.tensors[stored].dtype, f"{f.path}: tensor {where}")
             self._finite.add(name)
         return arr
 
     def release(self, name: str) -> None:
         """Drop ``name``'s mapped pages from resident memory once a converted copy is all that is kept."""
+        if name in self._experts:  # the stacked tensor's other experts are still to be read
+            return
         self._file(name).release(self._stored.get(name, name))
 
     def get(self, name: str, dtype: Any = np.float32, *, dequantize: bool = False) -> np.ndarray:
@@ -139,7 +171,8 @@ class Checkpoint:
         q = self.quantization
         if not q:
             raise WeightsError(f"tensor {name!r} has .scales but config.json has no 'quantization' entry")
-        own = q.get(name.removesuffix(".weight"))
+        stacked = self._experts.get(name, (name,))[0]  # mlx-lm names the stacked module in per-module entries
+        own = q.get(name.removesuffix(".weight"), q.get(stacked.removesuffix(".weight")))
         q = own if isinstance(own, dict) else q
         return int(q["bits"]), int(q["group_size"])
 
@@ -160,7 +193,11 @@ class Checkpoint:
         for name in self.names():
             t = self.info(name)
             h.update(f"{name}\0{t.dtype}\0{t.shape}\0".encode("utf-8", "surrogatepass"))
-            raw = self._file(name).stored_bytes(self._stored.get(name, name))
+            raw = (
+                self.raw(name).reshape(-1).view(np.uint8)
+                if name in self._experts
+                else self._file(name).stored_bytes(self._stored.get(name, name))
+            )
             if raw.size <= DIGEST_SAMPLES * DIGEST_SLICE:
                 h.update(raw.tobytes())
                 continue

@@ -28,9 +28,15 @@ _TYPES: dict[str, type | tuple[type, ...]] = {
             "max_position_embeddings",
             "sliding_window",
             "bos_token_id",
+            "num_experts",
+            "num_experts_per_tok",
+            "moe_intermediate_size",
+            "decoder_sparse_step",
         ),
         int,
     ),
+    "norm_topk_prob": bool,
+    "mlp_only_layers": list,
     "rms_norm_eps": (int, float),
     "rope_theta": (int, float),
     "tie_word_embeddings": bool,
@@ -52,6 +58,17 @@ _OPTIONAL = {
     "quantization",
     "eos_token_id",
 }
+
+
+MODEL_TYPES = ("qwen3", "qwen3_moe")
+MOE_KEYS = (
+    "num_experts",
+    "num_experts_per_tok",
+    "moe_intermediate_size",
+    "norm_topk_prob",
+    "decoder_sparse_step",
+    "mlp_only_layers",
+)
 
 
 @dataclass(frozen=True)
@@ -77,6 +94,15 @@ class Qwen3Config:
     bos_token_id: int | None = None
     eos_token_id: int | list[int] | None = None
     quantization: dict[str, Any] | None = None
+    # Qwen3-MoE (model_type "qwen3_moe"): each sparse layer's MLP is num_experts SwiGLU experts of width
+    # moe_intermediate_size, num_experts_per_tok of them chosen per token by a router; layer i is sparse when
+    # (i + 1) % decoder_sparse_step == 0 and i is not in mlp_only_layers (those keep a dense intermediate_size MLP)
+    num_experts: int = 0
+    num_experts_per_tok: int = 0
+    moe_intermediate_size: int = 0
+    norm_topk_prob: bool = False
+    decoder_sparse_step: int = 1
+    mlp_only_layers: list[int] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
     source: str = field(default="<dict>", compare=False, repr=False)
 
@@ -123,10 +149,34 @@ class Qwen3Config:
         if self.sliding_window is not None and self.sliding_window <= 0:
             raise bad("sliding_window", f"must be positive, got {self.sliding_window}")
         eos_ids(self.eos_token_id, self.source)
-        if self.model_type != "qwen3":
-            raise bad("model_type", f"is {self.model_type!r}; only dense 'qwen3' checkpoints are supported")
+        if self.model_type not in MODEL_TYPES:
+            raise bad("model_type", f"is {self.model_type!r}; supported: {', '.join(map(repr, MODEL_TYPES))}")
+        if self.model_type == "qwen3_moe":
+            self._check_moe(bad)
+        elif self.num_experts:  # experts under a dense model_type: a mislabelled MoE config, not a dense model
+            raise bad(
+                "model_type", f"is 'qwen3' but num_experts is {self.num_experts} (a Qwen3-MoE config says 'qwen3_moe')"
+            )
         if self.quantization is not None:
             check_quantization(self.quantization, self.source)
+
+    def _check_moe(self, bad: Any) -> None:
+        for key in ("num_experts", "num_experts_per_tok", "moe_intermediate_size", "decoder_sparse_step"):
+            if getattr(self, key) <= 0:
+                raise bad(key, f"must be positive for a qwen3_moe model, got {getattr(self, key)}")
+        if self.num_experts_per_tok > self.num_experts:
+            raise bad("num_experts_per_tok", f"({self.num_experts_per_tok}) exceeds num_experts ({self.num_experts})")
+        layers = self.mlp_only_layers
+        if not all(type(i) is int and 0 <= i < self.num_hidden_layers for i in layers):
+            raise bad("mlp_only_layers", f"must list layer indices below {self.num_hidden_layers}, got {layers!r}")
+
+    def is_sparse(self, layer: int) -> bool:
+        """Whether layer ``layer``'s MLP is the mixture of experts (mlx-lm's and transformers' rule)."""
+        return (
+            self.model_type == "qwen3_moe"
+            and layer not in self.mlp_only_layers
+            and (layer + 1) % self.decoder_sparse_step == 0
+        )
 
     @property
     def dim_head(self) -> int:
@@ -149,7 +199,7 @@ class Qwen3Config:
 
     def to_dict(self) -> dict[str, Any]:
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("extra", "source")}
-        d = {k: v for k, v in d.items() if v is not None}
+        d = {k: v for k, v in d.items() if v is not None and not (k in MOE_KEYS and self.model_type != "qwen3_moe")}
         return {**d, **self.extra}
 
     def replace(self, **changes: Any) -> "Qwen3Config":

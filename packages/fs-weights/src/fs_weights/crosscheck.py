@@ -32,10 +32,19 @@ def expected_tensors(c: Qwen3Config) -> dict[str, tuple[int, ...]]:
             p + "self_attn.k_norm.weight": (D,),
             p + "self_attn.o_proj.weight": (H, q),
             p + "post_attention_layernorm.weight": (H,),
-            p + "mlp.gate_proj.weight": (I, H),
-            p + "mlp.up_proj.weight": (I, H),
-            p + "mlp.down_proj.weight": (H, I),
         }
+        if c.is_sparse(i):  # the router, then each expert's SwiGLU (transformers' per-expert names)
+            E, M = c.num_experts, c.moe_intermediate_size
+            out[p + "mlp.gate.weight"] = (E, H)
+            for e in range(E):
+                q_ = f"{p}mlp.experts.{e}."
+                out |= {q_ + "gate_proj.weight": (M, H), q_ + "up_proj.weight": (M, H), q_ + "down_proj.weight": (H, M)}
+        else:
+            out |= {
+                p + "mlp.gate_proj.weight": (I, H),
+                p + "mlp.up_proj.weight": (I, H),
+                p + "mlp.down_proj.weight": (H, I),
+            }
         if c.attention_bias:
             out |= {
                 p + "self_attn.q_proj.bias": (q,),

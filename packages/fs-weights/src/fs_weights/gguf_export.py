@@ -51,6 +51,8 @@ def write_gguf(
         raise WeightsError(f"GGUF type {ggml_type!r} is not one of {', '.join(TYPES)}")
     src_dir, target = Path(src), Path(out)
     c = load_config(src_dir)
+    if c.model_type == "qwen3_moe":
+        raise WeightsError(f"{src_dir}: Qwen3-MoE checkpoints cannot be written as GGUF yet (llama.cpp's 'qwen3moe')")
     qtype = gguf.GGMLQuantizationType[ggml_type]
     check_replaceable(target)
     tmp = target.with_name(f".{target.name}.tmp")

@@ -61,9 +61,10 @@ GENERATION_SAMPLING = {"do_sample": True, "temperature": 0.6, "top_k": 20, "top_
 def preset(name: str, **overrides: Any) -> Qwen3Config:
     if name not in PRESETS:
         raise WeightsError(f"unknown preset {name!r} (choose from {', '.join(PRESETS)})")
+    moe = overrides.get("model_type") == "qwen3_moe"
+    arch = ["Qwen3MoeForCausalLM" if moe else "Qwen3ForCausalLM"]
     return Qwen3Config.from_dict(
-        {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", **PRESETS[name], **overrides},
-        source=f"preset {name}",
+        {"architectures": arch, "model_type": "qwen3", **PRESETS[name], **overrides}, source=f"preset {name}"
     )
 
 

@@ -165,6 +165,8 @@ class MlxModel(Model):
             raise ModelError("quantize= applies to the numpy backend; for MLX use an MLX-quantized checkpoint")
         if kv_dtype is not None:
             raise ModelError("kv_dtype= applies to the numpy backend; MLX caches hold the compute dtype")
+        if config.model_type == "qwen3_moe":
+            raise ModelError(f"{path}: Qwen3-MoE on the MLX backend is not implemented yet (the numpy backend runs it)")
         name = dtype or _stored_dtype(ckpt)
         if name not in DTYPES:
             raise ModelError(f"dtype {name!r} is not available on the MLX backend (choose from {', '.join(DTYPES)})")

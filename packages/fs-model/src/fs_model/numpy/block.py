@@ -10,8 +10,8 @@ from .norm import rms_norm
 
 
 class Block:
-    def __init__(self, w: dict[str, Any], attention: Attention, eps: float):
-        self.attn, self.mlp = attention, MLP(w)
+    def __init__(self, w: dict[str, Any], attention: Attention, eps: float, mlp: Any = None):
+        self.attn, self.mlp = attention, MLP(w) if mlp is None else mlp  # mlp: a SparseMoE in Qwen3-MoE layers
         self.norm1, self.norm2, self.eps = w["input_layernorm"], w["post_attention_layernorm"], eps
 
     def norm(self, x: np.ndarray, w: np.ndarray) -> np.ndarray:

@@ -64,7 +64,7 @@ def from_checkpoint(
         if progress is not None:
             done += ckpt.weight_nbytes(n)
             progress(done, total)
-    gate: Linear = weights["model.layers.0.mlp.gate_proj.weight"]
+    gate: Linear = weights["model.layers.0.self_attn.q_proj.weight"]  # every layer's format (dense or MoE)
     kept = not isinstance(gate, DenseLinear)
     if kv_dtype is None:  # as mlx-lm's caches follow the model's dtype
         kv_dtype = "bfloat16" if kept else "float32"

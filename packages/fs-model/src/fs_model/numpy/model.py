@@ -22,6 +22,7 @@ from .attention import Attention
 from .block import Block
 from .kv_quant import quantize_kv
 from .linear import Linear
+from .moe import SparseMoE
 from .norm import rms_norm
 from .rope import RoPE
 
@@ -62,10 +63,19 @@ class NumpyModel(Model):
         self.blocks = []
         for i in range(c.num_hidden_layers):
             p = f"model.layers.{i}."
-            w = {k.removeprefix(p).split(".")[-2]: v for k, v in weights.items() if k.startswith(p)}
+            w = {
+                k.removeprefix(p).split(".")[-2]: v
+                for k, v in weights.items()
+                if k.startswith(p) and ".experts." not in k
+            }
             heads = (c.num_attention_heads, c.num_key_value_heads, c.dim_head)
             attn = attention(w, *heads, c.rms_norm_eps, self.rope, kv_bf16=kv_dtype == "bfloat16")
-            self.blocks.append(block(w, attn, c.rms_norm_eps))
+            moe = None
+            if c.is_sparse(i):  # Qwen3-MoE: this layer's MLP is the router and its experts
+                moe = SparseMoE.from_weights(
+                    weights, p + "mlp.", c.num_experts, c.num_experts_per_tok, c.norm_topk_prob
+                )
+            self.blocks.append(block(w, attn, c.rms_norm_eps, moe))
 
     def _quantize_kv(self, x: Any, bits: int, group_size: int) -> tuple[Any, Any, Any]:
         return quantize_kv(x, bits, group_size, self.kv_dtype == "bfloat16")
