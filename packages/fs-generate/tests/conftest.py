@@ -20,3 +20,21 @@ def tiny_dir(tmp_path_factory, qwen3_tokenizer_dir):
         tokenizer=qwen3_tokenizer_dir,
         seed=1,
     )
+
+
+MOE = dict(model_type="qwen3_moe", num_experts=8, num_experts_per_tok=2, moe_intermediate_size=64,
+           norm_topk_prob=True, mlp_only_layers=[1])  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def moe_dir(tmp_path_factory, qwen3_tokenizer_dir):
+    """A tiny bf16 Qwen3-MoE (8 experts, 2 per token, layer 1 dense) with the real tokenizer: the kernels' MoE tests."""
+    from fs_model import cpu
+    from fs_weights import preset, write_random_checkpoint
+
+    if not cpu.HAVE_NUMBA:  # the kernels session installs fs-model[fast]: there this must not skip
+        pytest.skip("numba is not installed: the kept-weight kernels are tested by `nox -s kernels`")
+    root = tmp_path_factory.mktemp("moe")
+    return write_random_checkpoint(
+        root / "bf16", preset("tiny", **MOE), dtype="bfloat16", tokenizer=qwen3_tokenizer_dir
+    )

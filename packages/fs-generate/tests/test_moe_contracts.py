@@ -1,39 +1,14 @@
-"""Qwen3-MoE under the equality contracts, on the kept-weight kernels (bf16, int8, int4; `nox -s kernels`): batch ==
-one by one and the continuous-batching Engine == ``generate``, bit for bit down to every log-probability - a
-token's experts and their summation order must not depend on the other sequences in the step."""
+"""Qwen3-MoE under the Engine's equality contract, on the kept-weight kernels (bf16, int8, int4; `nox -s kernels`):
+the continuous-batching Engine == ``generate``, bit for bit down to every log-probability - a token's experts and
+their summation order must not depend on the other sequences in the step (batch == one by one for MoE:
+test_fast_kernel_contracts.py)."""
 
 import numpy as np
 import pytest
 
-from fs_generate import Engine, generate, generate_batch, load
+from fs_generate import Engine, generate, load
 
 FORMATS = {"bf16": {"dtype": "native"}, "int8": {"quantize": "int8"}, "int4": {"quantize": "int4"}}
-PROMPTS = ["The capital of France is", "def fibonacci(n):", "你好", "A much longer prompt, with more tokens in it."]
-MOE = dict(model_type="qwen3_moe", num_experts=8, num_experts_per_tok=2, moe_intermediate_size=64,
-           norm_topk_prob=True, mlp_only_layers=[1])  # fmt: skip
-
-
-@pytest.fixture(scope="module")
-def moe_dir(tmp_path_factory, qwen3_tokenizer_dir):
-    from fs_model import cpu
-    from fs_weights import preset, write_random_checkpoint
-
-    if not cpu.HAVE_NUMBA:  # the kernels session installs fs-model[fast]: there this must not skip
-        pytest.skip("numba is not installed: the kept-weight kernels are tested by `nox -s kernels`")
-    root = tmp_path_factory.mktemp("moe")
-    return write_random_checkpoint(
-        root / "bf16", preset("tiny", **MOE), dtype="bfloat16", tokenizer=qwen3_tokenizer_dir
-    )
-
-
-@pytest.mark.kernels
-@pytest.mark.parametrize("fmt", list(FORMATS))
-def test_batch_equals_one_by_one_bitwise(moe_dir, fmt):
-    model, tok = load(str(moe_dir), **FORMATS[fmt])
-    solo = [generate(model, tok, p, max_new_tokens=8, eos_token_ids=[]) for p in PROMPTS]
-    batch = generate_batch(model, tok, PROMPTS, max_new_tokens=8, eos_token_ids=[])
-    assert [b.token_ids for b in batch] == [s.token_ids for s in solo]
-    assert [b.logprobs for b in batch] == [s.logprobs for s in solo]
 
 
 @pytest.mark.kernels
