@@ -15,6 +15,7 @@ from fs_weights import Checkpoint, Qwen3Config
 from ..errors import ModelError
 from ..model import Model
 from ..rope_scaling import rope_parameters
+from .moe import SparseMoE, stacked
 from .quantized_attention import quantize_kv, quantized_attention
 from .shard import AllSum, check_divisible, rank_slice, shard_model, split_of
 
@@ -116,6 +117,8 @@ class Block:
         w = self.w
         x = x + self.attention(mx.fast.rms_norm(x, w["input_layernorm"], self.eps), offset, cache, mask)
         h = mx.fast.rms_norm(x, w["post_attention_layernorm"], self.eps)
+        if "moe" in w:  # a Qwen3-MoE sparse layer
+            return x + w["moe"](h)
         return x + w["down_proj"](nn_silu(w["gate_proj"](h)) * w["up_proj"](h))
 
 
@@ -165,8 +168,6 @@ class MlxModel(Model):
             raise ModelError("quantize= applies to the numpy backend; for MLX use an MLX-quantized checkpoint")
         if kv_dtype is not None:
             raise ModelError("kv_dtype= applies to the numpy backend; MLX caches hold the compute dtype")
-        if config.model_type == "qwen3_moe":
-            raise ModelError(f"{path}: Qwen3-MoE on the MLX backend is not implemented yet (the numpy backend runs it)")
         name = dtype or _stored_dtype(ckpt)
         if name not in DTYPES:
             raise ModelError(f"dtype {name!r} is not available on the MLX backend (choose from {', '.join(DTYPES)})")
@@ -174,6 +175,8 @@ class MlxModel(Model):
         rank, N = (tensor_group.rank(), tensor_group.size()) if tensor_group is not None else (0, 1)
         if N > 1:
             check_divisible(config, N, (ckpt.quantization or {}).get("group_size"))
+            if config.model_type == "qwen3_moe":
+                raise ModelError(f"{path}: tensor parallelism over Qwen3-MoE experts is not implemented yet")
 
         def part(n: str) -> np.ndarray:
             return rank_slice(ckpt, n, rank, N)
@@ -185,6 +188,8 @@ class MlxModel(Model):
             if progress is not None:
                 done += ckpt.weight_nbytes(n)
                 progress(done, total)
+            if ".mlp.experts." in n:  # stacked per layer below
+                continue
             base = n.removesuffix(".weight")
             bits, group = ckpt.quant_params(n) if ckpt.is_quantized(n) else (0, 0)
             if group and group not in MLX_GROUPS:  # GGUF's Q6_K (groups of 16): the exact values, dequantized
@@ -202,7 +207,16 @@ class MlxModel(Model):
                 weights[base] = Linear(_to_mx(ckpt, n, dt, part(n)))
             else:
                 weights[base] = _to_mx(ckpt, n, dt, part(n))
-        mx.eval([v.w if isinstance(v, Linear) else v for v in weights.values()])
+        for i in range(config.num_hidden_layers):
+            if config.is_sparse(i):  # the router (a Linear, loaded above) and every expert's matrices stacked
+                p = f"model.layers.{i}.mlp."
+                gate, up, down = (
+                    stacked(ckpt, p, config.num_experts, n, dt) for n in ("gate_proj", "up_proj", "down_proj")
+                )
+                weights[p + "moe"] = SparseMoE(
+                    weights.pop(p + "gate"), gate, up, down, config.num_experts_per_tok, config.norm_topk_prob
+                )
+        mx.eval([_arrays(v) for v in weights.values()])
         if N > 1:  # the column-split projections end with the group's sum
             for base in weights:
                 if split_of(base + ".weight") == 1:
@@ -287,6 +301,15 @@ class MlxModel(Model):
 
 
 from_checkpoint = MlxModel.from_checkpoint  # the loader's entry point, as fs_model.numpy.from_checkpoint
+
+
+def _arrays(v: Any) -> list[Any]:
+    """The MLX arrays a loaded layer holds (to evaluate them once, at load)."""
+    if isinstance(v, Linear):
+        return [v.w]
+    if isinstance(v, SparseMoE):
+        return [v.router.w] + [a for s in (v.gate, v.up, v.down) for a in (s.w, s.scales, s.biases) if a is not None]
+    return [v]
 
 
 def _to_mx(ckpt: Checkpoint, name: str, dt: mx.Dtype, raw: np.ndarray | None = None) -> mx.array:
