@@ -108,7 +108,7 @@ def test_bad_gguf_files_are_refused_by_name(exported, tmp_path):
     w.add_block_count(1)
     w.add_tensor("token_embd.weight", np.zeros((8, 32), np.float32))
     w.write_header_to_file(), w.write_kv_data_to_file(), w.write_tensors_to_file(), w.close()
-    with pytest.raises(GenerateError, match="only 'qwen3'"):
+    with pytest.raises(GenerateError, match="general.architecture is 'llama'; supported: 'qwen3', 'qwen3moe'"):
         load(str(tmp_path / "llama.gguf"))
     w = gguf.GGUFWriter(str(tmp_path / "iq4.gguf"), "qwen3")
     w.add_tensor("token_embd.weight", np.zeros((8, 18), np.uint8), raw_dtype=gguf.GGMLQuantizationType.IQ4_NL)

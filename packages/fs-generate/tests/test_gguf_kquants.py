@@ -96,10 +96,11 @@ def test_each_tensor_is_ggufs_own_dequantization_even_at_the_edges(tmp_path, kin
     w.add_tensor("token_embd.weight", raw, raw_dtype=kind)
     w.write_header_to_file(), w.write_kv_data_to_file(), w.write_tensors_to_file(), w.close()
     want = gguf.quants.dequantize(raw, kind).astype(np.float32)
-    from fs_weights.gguf_file import GGUFFile, quantization
+    from fs_weights.gguf_blocks import quantization
+    from fs_weights.gguf_file import GGUFFile
 
     f = GGUFFile(tmp_path / "edge.gguf")
-    with Checkpoint([f], tmp_path / "edge.gguf", quantization(f)) as ck:
+    with Checkpoint([f], tmp_path / "edge.gguf", quantization(f.quant)) as ck:
         assert ck.is_quantized("model.embed_tokens.weight")  # codes, scales and biases: nothing dequantized
         got = ck.get("model.embed_tokens.weight", dequantize=True)
     assert got.shape == want.shape and np.array_equal(got, want)  # every value the same float32

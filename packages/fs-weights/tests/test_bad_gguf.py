@@ -260,13 +260,18 @@ def test_any_damage_to_a_header_or_tensor_table_is_refused_or_reads_cleanly(tmp_
         assert str(path) in str(e), e
 
 
-def test_a_qwen3_moe_checkpoint_is_not_exported_as_a_broken_file(tmp_path):
-    from fs_weights import WeightsError, preset, write_random_checkpoint
+@pytest.mark.parametrize(
+    "knobs, why",
+    [({"mlp_only_layers": [1]}, r"layers \[1\] are dense"), ({"norm_topk_prob": False}, "norm_topk_prob is false")],
+)
+def test_a_qwen3_moe_llama_cpp_cannot_run_is_not_exported(tmp_path, knobs, why):
+    """llama.cpp's qwen3moe makes every layer sparse and renormalizes the top-k: anything else would run wrong."""
+    from fs_weights import preset, write_random_checkpoint
     from fs_weights.gguf_export import write_gguf
 
     moe = preset("tiny", model_type="qwen3_moe", num_experts=4, num_experts_per_tok=2, moe_intermediate_size=64,
-                 vocab_size=512, bos_token_id=None, eos_token_id=None)  # fmt: skip
-    src = write_random_checkpoint(tmp_path / "moe", moe, dtype="float32")
-    with pytest.raises(WeightsError, match="Qwen3-MoE checkpoints cannot be written as GGUF yet"):
+                 norm_topk_prob=True, vocab_size=512, bos_token_id=None, eos_token_id=None)  # fmt: skip
+    src = write_random_checkpoint(tmp_path / "moe", moe.replace(**knobs), dtype="float32")
+    with pytest.raises(WeightsError, match=f"llama.cpp's qwen3moe GGUF has every layer sparse.*{why}"):
         write_gguf(src, tmp_path / "m.gguf")
     assert not (tmp_path / "m.gguf").exists()

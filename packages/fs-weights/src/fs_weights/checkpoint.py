@@ -123,9 +123,10 @@ class Checkpoint:
         """The stored array without conversion (read-only, mmap-backed; BF16 as uint16 bits). A float tensor is
         scanned for NaN / Inf the first time it is read, and refused by name if it holds one (``finite.py``)."""
         f, stored = self._file(name), self._stored.get(name, name)
-        if name in self._experts:
+        if name in self._experts:  # a GGUF file repacks only that expert's blocks; safetensors slices its map
             _, stored, e = self._experts[name]
-            arr = f.raw(stored)[e]
+            expert = getattr(f, "raw_expert", None)
+            arr = expert(stored, e) if expert is not None else f.raw(stored)[e]
         else:
             arr = f.raw(stored)
         if name not in self._finite:

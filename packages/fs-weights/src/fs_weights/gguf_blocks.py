@@ -23,6 +23,8 @@ packed 5/6-bit kernel is not written yet (docs/decisions.md). Scales and biases 
 float16 once ``|d| > 511.75`` and ``d·sc`` needs up to 18 bits.
 """
 
+from typing import Any
+
 import numpy as np
 
 # ggml type -> (bits the codes are kept in, group size)
@@ -38,6 +40,19 @@ FORMATS = {
 }
 BLOCK_BYTES = {"Q8_0": 34, "Q4_0": 18, "Q4_1": 20, "Q5_0": 22, "Q5_1": 24, "Q4_K": 144, "Q5_K": 176, "Q6_K": 210}
 ROWS = 4096  # rows converted at a time: a 151936-row embedding never has whole-matrix temporaries
+
+
+def quantization(kept: dict[str, tuple[int, int]]) -> dict[str, Any] | None:
+    """config.json's ``quantization`` for a file's quantized tensors (base name -> (bits, group)): the commonest
+    at the top, MLX's per-module entries for the others (a Q4_K_M file: 4-bit group 32, its Q6_K tensors 8-bit
+    group 16)."""
+    if not kept:
+        return None
+    kinds = list(kept.values())
+    bits, group = max(set(kinds), key=kinds.count)
+    return {"group_size": group, "bits": bits} | {
+        base: {"group_size": g, "bits": b} for base, (b, g) in kept.items() if (b, g) != (bits, group)
+    }
 
 
 def affine_part(kind: str, data: np.ndarray, shape: tuple[int, int], part: str) -> np.ndarray:

@@ -16,7 +16,7 @@ import numpy as np
 
 from .atomic import check_replaceable, current_umask
 from .checkpoint import Checkpoint
-from .config import load_config
+from .config import Qwen3Config, load_config
 from .errors import WeightsError
 from .gguf_file import BLOCK, TOP
 
@@ -51,14 +51,15 @@ def write_gguf(
         raise WeightsError(f"GGUF type {ggml_type!r} is not one of {', '.join(TYPES)}")
     src_dir, target = Path(src), Path(out)
     c = load_config(src_dir)
-    if c.model_type == "qwen3_moe":
-        raise WeightsError(f"{src_dir}: Qwen3-MoE checkpoints cannot be written as GGUF yet (llama.cpp's 'qwen3moe')")
+    moe = c.model_type == "qwen3_moe"
+    if moe:
+        _check_qwen3moe(c, src_dir)
     qtype = gguf.GGMLQuantizationType[ggml_type]
     check_replaceable(target)
     tmp = target.with_name(f".{target.name}.tmp")
     try:
         with Checkpoint.open(src_dir) as ckpt:
-            w = gguf.GGUFWriter(str(tmp), "qwen3")
+            w = gguf.GGUFWriter(str(tmp), "qwen3moe" if moe else "qwen3")  # every key below takes this prefix
             w.add_context_length(c.max_position_embeddings)
             w.add_embedding_length(c.hidden_size)
             w.add_feed_forward_length(c.intermediate_size)
@@ -70,14 +71,21 @@ def write_gguf(
             w.add_rope_freq_base(c.rope_theta)
             w.add_layer_norm_rms_eps(c.rms_norm_eps)
             w.add_file_type(FILE_TYPE[ggml_type])
+            if moe:
+                w.add_expert_count(c.num_experts)
+                w.add_expert_used_count(c.num_experts_per_tok)
+                w.add_expert_feed_forward_length(c.moe_intermediate_size)
             _add_rope_scaling(w, c.rope_scaling)
             for key, value in (tokenizer_fields or {}).items():
                 w.add_key_value(key, value, _value_type(gguf, value))
-            names = [n for n in ckpt.names() if not n.endswith((".scales", ".biases"))]
+            names = [n for n in ckpt.names() if not n.endswith((".scales", ".biases")) and ".experts." not in n]
+            if moe:  # each projection's experts as one stacked [E, out, in] tensor, as llama.cpp stores them
+                names += [f"model.layers.{i}.mlp.switch_mlp.{p}.weight" for i in range(c.num_hidden_layers)
+                          for p in ("gate_proj", "up_proj", "down_proj")]  # fmt: skip
             for done, name in enumerate(names, 1):
                 if progress is not None:
                     progress(done, len(names))
-                x = ckpt.get(name, dequantize=True)
+                x = _stacked(ckpt, name, c.num_experts) if ".switch_mlp." in name else ckpt.get(name, dequantize=True)
                 if x.ndim == 1 or qtype == gguf.GGMLQuantizationType.F32:
                     w.add_tensor(gguf_name(name), x.astype(np.float32))
                 elif qtype == gguf.GGMLQuantizationType.F16:
@@ -94,6 +102,22 @@ def write_gguf(
         tmp.unlink(missing_ok=True)
         raise
     return target
+
+
+def _check_qwen3moe(c: Qwen3Config, src: Path) -> None:
+    """llama.cpp's qwen3moe makes every layer sparse and always renormalizes the top-k weights."""
+    dense = [i for i in range(c.num_hidden_layers) if not c.is_sparse(i)]
+    if dense or not c.norm_topk_prob:
+        why = f"layers {dense} are dense" if dense else "norm_topk_prob is false"
+        raise WeightsError(
+            f"{src}: llama.cpp's qwen3moe GGUF has every layer sparse and norm_topk_prob true; here {why}"
+        )
+
+
+def _stacked(ckpt: Checkpoint, name: str, experts: int) -> np.ndarray:
+    """``mlp.switch_mlp.{p}.weight``: every expert's float32 matrix stacked [E, out, in]."""
+    stem, proj = name.split(".switch_mlp.")
+    return np.stack([ckpt.get(f"{stem}.experts.{e}.{proj}", dequantize=True) for e in range(experts)])
 
 
 def _add_rope_scaling(w: Any, scaling: dict[str, Any] | None) -> None:

@@ -21,7 +21,7 @@ import numpy as np
 
 from .checkpoint import Checkpoint
 from .errors import WeightsError
-from .gguf_blocks import FORMATS, affine_part
+from .gguf_blocks import FORMATS, affine_part, quantization
 from .gguf_header import GGUFFormatError, GGUFHeader, GGUFTensor, parse_header
 from .regular_file import open_regular
 from .safetensors import TensorInfo
@@ -38,7 +38,14 @@ BLOCK = {  # GGUF block tensor -> HF name under model.layers.N
     "ffn_gate": "mlp.gate_proj",
     "ffn_up": "mlp.up_proj",
     "ffn_down": "mlp.down_proj",
+    # llama.cpp's qwen3moe: the router, and each projection's experts stacked [E, out, in] (Checkpoint reads them
+    # per expert under transformers' names)
+    "ffn_gate_inp": "mlp.gate",
+    "ffn_gate_exps": "mlp.switch_mlp.gate_proj",
+    "ffn_up_exps": "mlp.switch_mlp.up_proj",
+    "ffn_down_exps": "mlp.switch_mlp.down_proj",
 }
+ARCHS = {"qwen3": "qwen3", "qwen3moe": "qwen3_moe"}  # general.architecture -> config.json's model_type
 TOP = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
 FLOAT_TYPES = {"F32": "F32", "F16": "F16", "BF16": "BF16"}
 LOADS = ", ".join([*FLOAT_TYPES, *FORMATS])
@@ -95,14 +102,14 @@ class GGUFFile:
             if kind in FLOAT_TYPES:
                 self._add(name, FLOAT_TYPES[kind], shape, t, "float")
             elif kind in FORMATS:
-                if len(shape) != 2:
+                if len(shape) != 2 and not (len(shape) == 3 and ".switch_mlp." in name):
                     raise WeightsError(f"{self.path}: tensor {t.name!r}: {kind} {list(t.dims)} is not a matrix")
-                rows, cols = shape
+                *lead, cols = shape  # a matrix, or stacked experts [E, rows, cols]
                 (bits, group), base = FORMATS[kind], name.removesuffix(".weight")
                 self.quant[base] = (bits, group)
-                self._add(name, "U32", (rows, cols * bits // 32), t, "weight")
-                self._add(base + ".scales", "F32", (rows, cols // group), t, "scales")
-                self._add(base + ".biases", "F32", (rows, cols // group), t, "biases")
+                self._add(name, "U32", (*lead, cols * bits // 32), t, "weight")
+                self._add(base + ".scales", "F32", (*lead, cols // group), t, "scales")
+                self._add(base + ".biases", "F32", (*lead, cols // group), t, "biases")
             else:
                 raise WeightsError(
                     f"{self.path}: tensor {t.name!r} is {kind}; the types that load: {LOADS} "
@@ -138,8 +145,21 @@ class GGUFFile:
         data, kind = self._stored(t), t.ggml_type
         if part == "float":
             return data.view({"F32": np.float32, "F16": np.float16, "BF16": np.uint16}[kind]).reshape(shape)
-        rows, cols = reversed(t.dims)  # the matrix's shape (the parts' shapes are the packed ones)
-        return affine_part(kind, data, (rows, cols), part)
+        *lead, cols = reversed(t.dims)  # the matrix's shape (the parts' shapes are the packed ones)
+        rows = int(np.prod(lead))
+        return affine_part(kind, data, (rows, cols), part).reshape(shape)
+
+    def raw_expert(self, name: str, e: int) -> np.ndarray:
+        """Expert ``e`` of a stacked [E, ...] tensor: only its own blocks repacked (Checkpoint reads experts so)."""
+        t, part = self._parts[name]
+        shape = self.tensors[name].shape
+        data, kind = self._stored(t), t.ggml_type
+        per = data.size // shape[0]
+        if part == "float":
+            return data[e * per : (e + 1) * per].view({"F32": np.float32, "F16": np.float16, "BF16": np.uint16}[kind])\
+                .reshape(shape[1:])  # fmt: skip
+        rows, cols = t.dims[1], t.dims[0]
+        return affine_part(kind, data[e * per : (e + 1) * per], (rows, cols), part)
 
     def stored_bytes(self, name: str) -> np.ndarray:
         """The bytes the file holds for ``name`` (a quantized tensor's parts share their blocks): what a
@@ -157,7 +177,7 @@ class GGUFFile:
             self._fd = None
 
 
-SCALING = "qwen3.rope.scaling."
+SCALING = ".rope.scaling."  # after the architecture's name: qwen3.rope.scaling.type, qwen3moe.rope.scaling.type
 SCALING_KEYS = {  # llama.cpp's key -> config.json's rope_scaling key
     "type": "rope_type",
     "factor": "factor",
@@ -171,28 +191,31 @@ def rope_scaling(f: GGUFFile) -> dict[str, Any] | None:
     """config.json's ``rope_scaling`` from llama.cpp's ``qwen3.rope.scaling.*`` keys (YaRN as Qwen3 documents it,
     or linear); a key whose meaning fs does not compute (``yarn_log_multiplier``, ``attn_factor``...) is refused."""
     m = f.metadata
-    found = {k.removeprefix(SCALING): v for k, v in m.items() if k.startswith(SCALING)}
+    prefix = f"{m.get('general.architecture')}{SCALING}"
+    found = {k.removeprefix(prefix): v for k, v in m.items() if k.startswith(prefix)}
     unknown = sorted(set(found) - set(SCALING_KEYS))
     if unknown:
-        raise WeightsError(f"{f.path}: metadata key '{SCALING}{unknown[0]}' is not supported (fs reads "
-                           f"{', '.join(SCALING + k for k in SCALING_KEYS)})")  # fmt: skip
+        raise WeightsError(f"{f.path}: metadata key '{prefix}{unknown[0]}' is not supported (fs reads "
+                           f"{', '.join(prefix + k for k in SCALING_KEYS)})")  # fmt: skip
     if found.get("type", "none") == "none":
         return None
     return {SCALING_KEYS[k]: v for k, v in found.items()}
 
 
 def gguf_config(f: GGUFFile) -> dict[str, Any]:
-    """config.json's keys for the model a GGUF file holds (Qwen3 only; others refused by name)."""
+    """config.json's keys for the model a GGUF file holds (qwen3 or qwen3moe; other architectures refused by name)."""
     m = f.metadata
     arch = m.get("general.architecture")
-    if arch != "qwen3":
-        raise WeightsError(f"{f.path}: general.architecture is {arch!r}; only 'qwen3' GGUF files are supported")
+    if arch not in ARCHS:
+        raise WeightsError(
+            f"{f.path}: general.architecture is {arch!r}; supported: {', '.join(map(repr, ARCHS))} GGUF files"
+        )
     scaling = rope_scaling(f)  # before the other keys: an unsupported one is the first thing to say
 
     def key(name: str) -> Any:
-        if f"qwen3.{name}" not in m:
-            raise WeightsError(f"{f.path}: metadata key 'qwen3.{name}' is missing")
-        return m[f"qwen3.{name}"]
+        if f"{arch}.{name}" not in m:
+            raise WeightsError(f"{f.path}: metadata key '{arch}.{name}' is missing")
+        return m[f"{arch}.{name}"]
 
     embed = f.tensors["model.embed_tokens.weight"].shape if "model.embed_tokens.weight" in f.tensors else None
     if embed is None:
@@ -203,8 +226,8 @@ def gguf_config(f: GGUFFile) -> dict[str, Any]:
         if t.dtype in ("BF16", "F16") and not t.name.endswith((".scales", ".biases"))
     ]
     cfg: dict[str, Any] = {
-        "architectures": ["Qwen3ForCausalLM"],
-        "model_type": "qwen3",
+        "architectures": ["Qwen3MoeForCausalLM" if arch == "qwen3moe" else "Qwen3ForCausalLM"],
+        "model_type": ARCHS[arch],
         "vocab_size": embed[0],
         "hidden_size": key("embedding_length"),
         "intermediate_size": key("feed_forward_length"),
@@ -220,10 +243,17 @@ def gguf_config(f: GGUFFile) -> dict[str, Any]:
     }
     if scaling is not None:
         cfg["rope_scaling"] = scaling
+    if arch == "qwen3moe":  # llama.cpp's qwen3moe: every layer sparse, the top-k weights always renormalized
+        cfg |= {
+            "num_experts": key("expert_count"),
+            "num_experts_per_tok": key("expert_used_count"),
+            "moe_intermediate_size": key("expert_feed_forward_length"),
+            "norm_topk_prob": True,
+        }
     layers = {int(n.split(".")[2]) for n in f.tensors if n.startswith("model.layers.")}
     if cfg["num_hidden_layers"] != len(layers) or layers != set(range(len(layers))):
         raise WeightsError(
-            f"{f.path}: metadata key 'qwen3.block_count' is {cfg['num_hidden_layers']!r} but the file holds tensors "
+            f"{f.path}: metadata key '{arch}.block_count' is {cfg['num_hidden_layers']!r} but the file holds tensors "
             f"for {len(layers)} layers{'' if layers == set(range(len(layers))) else ' (not numbered 0..N-1)'}"
         )
     vocab = m.get("tokenizer.ggml.tokens")
@@ -239,22 +269,10 @@ def gguf_config(f: GGUFFile) -> dict[str, Any]:
             )
         if name != "padding_token_id":
             cfg[name] = tid
-    q = quantization(f)
+    q = quantization(f.quant)
     if q is not None:
         cfg["quantization"] = q
     return cfg
-
-
-def quantization(f: GGUFFile) -> dict[str, Any] | None:
-    """config.json's ``quantization`` for the file's quantized tensors: the commonest (bits, group) at the top,
-    MLX's per-module entries for the others (a Q4_K_M file: 4-bit group 32, its Q6_K tensors 8-bit group 16)."""
-    if not f.quant:
-        return None
-    kinds = list(f.quant.values())
-    bits, group = max(set(kinds), key=kinds.count)
-    return {"group_size": group, "bits": bits} | {
-        base: {"group_size": g, "bits": b} for base, (b, g) in f.quant.items() if (b, g) != (bits, group)
-    }
 
 
 END_OF_GENERATION = frozenset({"<|endoftext|>", "<|im_end|>"})  # Qwen's end of a turn and of a document
