@@ -87,8 +87,16 @@ def kernels(session: nox.Session) -> None:
         pytest(session, *args, *once, FS_REQUIRE_REFERENCE="1", FS_ISA="avx2")
 
 
-# kernels tests about *whether* kernels compile, not about what they compute: no second run under FS_ISA=avx2
-ONE_ISA_IS_ENOUGH = ["packages/fs-model/tests/test_compile_notice.py", "packages/fs-generate/tests/test_warm_up.py"]
+# kernels tests about *whether* kernels compile, not about what they compute, and tests of what feeds the kernels
+# (GGUF repacks, MoE routing) whose kernels' own per-ISA contracts test_tiles.py proves: no second run under
+# FS_ISA=avx2
+ONE_ISA_IS_ENOUGH = [
+    "packages/fs-model/tests/test_compile_notice.py",
+    "packages/fs-generate/tests/test_warm_up.py",
+    "packages/fs-model/tests/test_moe.py",
+    "packages/fs-generate/tests/test_moe_contracts.py",
+    "packages/fs-generate/tests/test_gguf_kquants.py",
+]
 
 
 def beyond_avx2() -> bool:
@@ -158,6 +166,7 @@ BENCHES = {
     "gguf_load": ["benchmarks/gguf_load.py"],
     "gguf_vs_llama": ["benchmarks/gguf_vs_llama.py"],
     "kquant_speed": ["benchmarks/kquant_speed.py"],
+    "moe_speed": ["benchmarks/moe_speed.py"],
     "tokenizer_speed": ["benchmarks/tokenizer_speed.py"],
     "model_prefill": ["benchmarks/model_prefill.py", "--lengths", "128", "512", "--peer-lengths", "128"],
     "generate_decode": ["benchmarks/generate_decode.py"],
@@ -173,7 +182,7 @@ BENCHES = {
     "serve_load": ["benchmarks/serve_load.py", "--out", "docs/data/serve_load.json"],
     "cold_start": ["benchmarks/cold_start.py", "--out", "docs/data/cold_start.json"],
 }
-PEERS = {"cpu_speed", "engine_serving", "serve_load", "gguf_vs_llama", "kquant_speed"}  # take --llama-bin
+PEERS = {"cpu_speed", "engine_serving", "serve_load", "gguf_vs_llama", "kquant_speed", "moe_speed"}  # take --llama-bin
 
 
 @nox.session(default=False)

@@ -1,7 +1,7 @@
 """Qwen3-MoE under the Engine's equality contract, on the kept-weight kernels (bf16, int8, int4; `nox -s kernels`):
 the continuous-batching Engine == ``generate``, bit for bit down to every log-probability - a token's experts and
-their summation order must not depend on the other sequences in the step (batch == one by one for MoE:
-test_fast_kernel_contracts.py)."""
+their summation order must not depend on the other sequences in the step (the Engine batches
+the sequences of every step, so this is batch == one by one as well)."""
 
 import numpy as np
 import pytest

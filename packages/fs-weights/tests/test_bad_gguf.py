@@ -275,3 +275,20 @@ def test_a_qwen3_moe_llama_cpp_cannot_run_is_not_exported(tmp_path, knobs, why):
     with pytest.raises(WeightsError, match=f"llama.cpp's qwen3moe GGUF has every layer sparse.*{why}"):
         write_gguf(src, tmp_path / "m.gguf")
     assert not (tmp_path / "m.gguf").exists()
+
+
+def test_inspect_counts_a_quantized_gguf_as_the_model_it_holds(tmp_path):
+    """The issue's complaint: a 4-bit file reported its packed words (152M for a 0.6B Q4_K_M). The file's own
+    config gives the logical count, the tied embedding once, and a cross-check verdict."""
+    from fs_weights import preset, write_random_checkpoint
+    from fs_weights.crosscheck import cross_check
+    from fs_weights.gguf_export import write_gguf
+    from fs_weights.report import tensor_report
+
+    c = preset("tiny", vocab_size=512, bos_token_id=None, eos_token_id=None)
+    src = write_random_checkpoint(tmp_path / "src", c, dtype="float32")
+    with Checkpoint.open(src) as ck:
+        want = cross_check(c, ck).parameters
+    report = tensor_report(write_gguf(src, tmp_path / "q.gguf", ggml_type="Q4_0"))
+    assert report["parameters"] == want and report["verdict"] == "ok"
+    assert report["stored_elements"] < want  # what was printed before: packed 4-bit words and float32 scales

@@ -5,15 +5,23 @@ from pathlib import Path
 from typing import Any
 
 from .checkpoint import Checkpoint
-from .config import load_config
+from .config import Qwen3Config, load_config
 from .crosscheck import cross_check
 from .errors import WeightsError
 
 
 def tensor_report(path: str | os.PathLike[str]) -> dict[str, Any]:
     p = Path(path)
-    ckpt = Checkpoint.open(p)
-    model_dir = p if p.is_dir() else p.parent
+    config: Qwen3Config | None = None
+    if p.is_file() and p.suffix == ".gguf":  # a GGUF file carries its config: count and check as llama.cpp reads it
+        from .gguf_file import open_gguf
+
+        ckpt, cfg, _ = open_gguf(p)
+        config = Qwen3Config.from_dict(cfg, source=str(p))
+    else:
+        ckpt = Checkpoint.open(p)
+        model_dir = p if p.is_dir() else p.parent
+        config = load_config(model_dir) if (model_dir / "config.json").exists() else None
     tensors = []
     for name in ckpt.names():
         t = ckpt.info(name)
@@ -26,8 +34,8 @@ def tensor_report(path: str | os.PathLike[str]) -> dict[str, Any]:
         "bytes": ckpt.nbytes,
         "stored_elements": sum(ckpt.info(n).numel for n in ckpt.names()),
     }
-    if (model_dir / "config.json").exists():
-        report = cross_check(load_config(model_dir), ckpt)
+    if config is not None:  # the model's parameters at their logical shapes: a 4-bit 0.6B is 596M, not its words
+        report = cross_check(config, ckpt)
         out |= {"parameters": report.parameters, "verdict": report.verdict, "cross_check": report.to_dict()}
     else:
         out |= {"parameters": out["stored_elements"], "verdict": "no config.json: not cross-checked"}
