@@ -21,8 +21,7 @@ from fs_generate.gguf_cli import export
 
 sys.path.insert(0, str(Path(__file__).parent))
 from common import CACHE, qwen3_06b
-from cpu_speed import FS, keep_best, run
-from llama_cpp import bench
+from same_file import interleaved, table
 
 TYPES = ["Q4_K_M", "Q6_K"]
 
@@ -65,30 +64,14 @@ def main() -> None:
     args = ap.parse_args()
     S, N = args.prefill, args.decode
     files = gguf_files(args.llama_bin, args.tokenizer)
-    best: dict[str, dict] = {}
-    for r in range(args.rounds):
-        for kind, f in files.items():
-            print(f"round {r + 1}/{args.rounds}: {kind}", flush=True)
-            got = run(sys.executable, FS, f, "native", "-", S, N)
-            if got is not None:
-                keep_best(best, f"fs {kind}", got)
-            keep_best(best, f"llama.cpp {kind}", bench(args.llama_bin, f, S, N))
+    best = interleaved(files, args.llama_bin, S, N, args.rounds)
     print(f"\nQwen3-0.6B shapes, prefill {S}, decode {N}, 2 threads, best of {args.rounds} interleaved rounds")
-    print(
-        "| file | fs prefill tok/s | llama-bench | ratio | fs decode tok/s | llama-bench | ratio | weight MB fs/file |"
-    )
-    print("|---|---|---|---|---|---|---|---|")
-    for kind, f in files.items():
-        a, b = best.get(f"fs {kind}"), best[f"llama.cpp {kind}"]
-        ours, theirs = weight_bytes(f)
-        if a is None:
-            print(f"| {kind} | failed | {b['prefill_tps']:.1f} | | failed | {b['decode_tps']:.2f} | | |")
-            continue
-        print(
-            f"| {kind} | {a['prefill_tps']:.1f} | {b['prefill_tps']:.1f} | {a['prefill_tps'] / b['prefill_tps']:.2f}× "
-            f"| {a['decode_tps']:.2f} | {b['decode_tps']:.2f} | {a['decode_tps'] / b['decode_tps']:.2f}× "
-            f"| {ours / 1e6:.0f} / {theirs / 1e6:.0f} |"
-        )
+
+    def sizes(kind: str, a: dict, b: dict) -> str:
+        ours, theirs = weight_bytes(files[kind])
+        return f"{ours / 1e6:.0f} / {theirs / 1e6:.0f}"
+
+    table(files, best, "file", "weight MB fs/file", sizes)
 
 
 if __name__ == "__main__":

@@ -21,8 +21,7 @@ from fs_weights import preset, write_random_checkpoint
 
 sys.path.insert(0, str(Path(__file__).parent))
 from common import CACHE
-from cpu_speed import FS, keep_best, run  # the fs timing code of the main CPU table
-from llama_cpp import bench
+from same_file import interleaved, table
 
 A3B = dict(  # Qwen/Qwen3-30B-A3B's config.json, but num_hidden_layers
     vocab_size=151936, hidden_size=2048, intermediate_size=6144, num_attention_heads=32, num_key_value_heads=4,
@@ -62,29 +61,15 @@ def main() -> None:
     args = ap.parse_args()
     S, N = args.prefill, args.decode
     files = {n: gguf_file(n, args.type, args.llama_bin, args.tokenizer) for n in args.layers}
-    best: dict[str, dict] = {}
-    for r in range(args.rounds):
-        for n, f in files.items():
-            print(f"round {r + 1}/{args.rounds}: {n} layers", flush=True)
-            got = run(sys.executable, FS, f, "native", "-", S, N)
-            if got is not None:
-                keep_best(best, f"fs {n}", got)
-            keep_best(best, f"llama.cpp {n}", bench(args.llama_bin, f, S, N))
+    best = interleaved(files, args.llama_bin, S, N, args.rounds)
     print(f"\nQwen3-30B-A3B layers, {args.type}, prefill {S}, decode {N}, 2 threads, best of {args.rounds} rounds")
-    print(
-        "| layers | fs prefill tok/s | llama-bench | ratio | fs decode tok/s | llama-bench | ratio | RSS GB fs/llama |"
+    table(
+        files,
+        best,
+        "layers",
+        "RSS GB fs/llama",
+        lambda n, a, b: f"{a['peak_rss'] / 1e9:.2f} / {b['peak_rss'] / 1e9:.2f}",
     )
-    print("|---|---|---|---|---|---|---|---|")
-    for n in files:
-        a, b = best.get(f"fs {n}"), best[f"llama.cpp {n}"]
-        if a is None:
-            print(f"| {n} | failed | {b['prefill_tps']:.1f} | | failed | {b['decode_tps']:.2f} | | |")
-            continue
-        print(
-            f"| {n} | {a['prefill_tps']:.1f} | {b['prefill_tps']:.1f} | {a['prefill_tps'] / b['prefill_tps']:.2f}× "
-            f"| {a['decode_tps']:.2f} | {b['decode_tps']:.2f} | {a['decode_tps'] / b['decode_tps']:.2f}× "
-            f"| {a['peak_rss'] / 1e9:.2f} / {b['peak_rss'] / 1e9:.2f} |"
-        )
     if len(files) == 2:  # per layer: the difference of the per-token times
         lo, hi = sorted(files)
         for what in ("decode_tps",):

@@ -32,6 +32,20 @@ def moe_dirs(tmp_path_factory):
     return {n: write_random_checkpoint(root / n, moe_config(n), seed=i, dtype="float32") for i, n in enumerate(SHAPES)}
 
 
+@pytest.fixture(scope="module")
+def quantized(tmp_path_factory):
+    """bits -> an MLX 4/8-bit (group 64) MoE checkpoint in transformers' names, written once per module."""
+    root, made = tmp_path_factory.mktemp("moeq"), {}
+
+    def get(bits):
+        if bits not in made:
+            made[bits] = write_random_checkpoint(root / f"q{bits}", moe_config("k2-normalized"), dtype="float32",
+                                                 quantize=bits, group_size=64)  # fmt: skip
+        return made[bits]
+
+    return get
+
+
 def test_the_router_ranks_largest_first_and_ties_by_the_lower_expert():
     logits = np.array([[0.0, 2.0, 2.0, -1.0], [5.0, 1.0, 1.0, 1.0]], np.float32)
     top, w = route(logits, 2, normalize=False)
@@ -87,12 +101,10 @@ def test_logits_equal_mlx_lms_qwen3_moe(moe_dirs, reference, tmp_path, name):
 
 @pytest.mark.parity
 @pytest.mark.parametrize("bits", [4, 8])
-def test_quantized_moe_equals_mlx_lms(tmp_path, reference, bits):
+def test_quantized_moe_equals_mlx_lms(quantized, tmp_path, reference, bits):
     """An mlx-community style 4/8-bit MoE (stacked, quantized experts and router) read by both."""
     mx = reference("mlx.core")
-    src = write_random_checkpoint(tmp_path / "hf", moe_config("k2-normalized"), dtype="float32", quantize=bits,
-                                  group_size=64)  # fmt: skip
-    mlx = stacked(src, tmp_path / "mlx")
+    mlx = stacked(quantized(bits), tmp_path / "mlx")
     ref, _ = reference("mlx_lm.utils").load_model(mlx)
     want = np.array(ref(mx.array([IDS]))[0].astype(mx.float32))
     assert rel_err(np.asarray(load_model(mlx, dtype="float32").forward(IDS)), want) <= 1e-4
@@ -168,10 +180,9 @@ def test_the_mlx_backend_runs_the_same_moe(moe_dirs, reference, name):
 
 @pytest.mark.parity
 @pytest.mark.parametrize("bits", [4, 8])
-def test_the_mlx_backend_keeps_quantized_experts_quantized(tmp_path, reference, bits):
+def test_the_mlx_backend_keeps_quantized_experts_quantized(quantized, reference, bits):
     mx = reference("mlx.core")
-    src = write_random_checkpoint(tmp_path / "q", moe_config("k2-normalized"), dtype="float32", quantize=bits,
-                                  group_size=64)  # fmt: skip
+    src = quantized(bits)
     m = load_model(src, backend="mlx", dtype="float32")
     experts = m.blocks[0].w["moe"].down
     assert experts.w.dtype == mx.uint32 and experts.w.shape == (4, 64, 64 * bits // 32)  # [E, H, M·bits/32]
