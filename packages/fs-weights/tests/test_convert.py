@@ -102,3 +102,23 @@ def test_cli_with_mlx_lm_flag_names(src, tmp_path, capsys):
     assert json.loads((tmp_path / "m" / "config.json").read_text())["quantization"]["group_size"] == 32
     assert main(["convert", str(tmp_path / "nope"), str(tmp_path / "x")]) == 2
     assert "no such model directory" in capsys.readouterr().err
+
+
+def test_quantizing_a_moe_keeps_the_router_at_8_bits_as_mlx_lm_does(tmp_path):
+    """mlx-lm's qwen3_moe quant_predicate: ``mlp.gate`` (the router, whose scores pick the experts) at 8 bits,
+    group 64, written as MLX's per-module entry; the experts at the requested bits."""
+    import json
+
+    from fs_weights import Checkpoint, preset, write_random_checkpoint
+    from fs_weights.convert import convert_checkpoint
+
+    moe = preset("tiny", model_type="qwen3_moe", num_experts=4, num_experts_per_tok=2, moe_intermediate_size=64,
+                 vocab_size=512, bos_token_id=None, eos_token_id=None)  # fmt: skip
+    src = write_random_checkpoint(tmp_path / "src", moe, dtype="bfloat16")
+    out = convert_checkpoint(src, tmp_path / "q4", quantize=4, group_size=32)
+    q = json.loads((out / "config.json").read_text())["quantization"]
+    assert q["model.layers.1.mlp.gate"] == {"group_size": 64, "bits": 8} and q["bits"] == 4
+    with Checkpoint.open(out) as ck:
+        assert ck.quant_params("model.layers.1.mlp.gate.weight") == (8, 64)
+        assert ck.quant_params("model.layers.1.mlp.experts.2.down_proj.weight") == (4, 32)
+        assert ck.info("model.layers.1.mlp.gate.weight").shape == (4, 64 * 8 // 32)

@@ -20,7 +20,14 @@ import numpy as np
 
 from .checkpoint import Checkpoint
 from .config import Qwen3Config
-from .crosscheck import cross_check, expected_tensors, is_quantizable, stored_tensors
+from .crosscheck import (
+    cross_check,
+    expected_tensors,
+    is_quantizable,
+    quantization_entry,
+    quantized_as,
+    stored_tensors,
+)
 from .dtypes import FLOATS, code_for, from_float32, to_float32
 from .errors import WeightsError
 from .jsonfile import read_json
@@ -66,7 +73,7 @@ def convert_checkpoint(
         if "dtype" in raw:  # newer transformers' name for torch_dtype
             cfg["dtype"] = name
         if quantize:
-            cfg["quantization"] = {"group_size": group_size, "bits": quantize, "mode": "affine"}
+            cfg["quantization"] = quantization_entry(config, quantize, group_size) | {"mode": "affine"}
             cfg["quantization_config"] = cfg["quantization"]  # mlx-lm writes both names
         cfg_obj = Qwen3Config.from_dict(cfg, source=f"{target / 'config.json'}")
         layout = {n: (s, d or code) for n, (s, d) in stored_tensors(cfg_obj, quantize, group_size).items()}
@@ -110,7 +117,8 @@ def _producer(ckpt: Checkpoint, c: Qwen3Config, code: str, bits: int | None, gro
         base, part = name.rsplit(".", 1)
         if base not in done:  # weight, scales and biases are written next to each other
             done.clear()
-            done[base] = quantize_weight(as_stored(base + ".weight"), bits=bits or 0, group_size=group)
+            b, g = quantized_as(base + ".weight", bits or 0, group)
+            done[base] = quantize_weight(as_stored(base + ".weight"), bits=b, group_size=g)
         packed, scales, biases = done[base]
         return {"weight": packed, "scales": from_float32(scales, code), "biases": from_float32(biases, code)}[part]
 

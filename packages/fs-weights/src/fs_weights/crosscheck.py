@@ -63,6 +63,26 @@ def is_quantizable(name: str, shape: tuple[int, ...]) -> bool:
     return name.endswith(".weight") and len(shape) == 2
 
 
+ROUTER_QUANT = (8, 64)  # mlx-lm's qwen3_moe quant_predicate: the MoE router ("mlp.gate") at 8 bits, group 64
+
+
+def quantized_as(name: str, bits: int, group: int) -> tuple[int, int]:
+    """(bits, group) a quantizing converter gives matrix ``name``: the MoE router keeps 8 bits, as mlx-lm's does
+    (its scores pick the experts; 4-bit ones would pick others), every other matrix the requested ones."""
+    return ROUTER_QUANT if name.endswith(".mlp.gate.weight") else (bits, group)
+
+
+def quantization_entry(c: Qwen3Config, bits: int, group: int) -> dict[str, Any]:
+    """config.json's ``quantization`` for a checkpoint quantized at (bits, group): MLX's per-module entries where
+    ``quantized_as`` differs (the MoE routers)."""
+    q: dict[str, Any] = {"group_size": group, "bits": bits}
+    for n in expected_tensors(c):
+        b, g = quantized_as(n, bits, group)
+        if (b, g) != (bits, group):
+            q[n.removesuffix(".weight")] = {"group_size": g, "bits": b}
+    return q
+
+
 def stored_tensors(
     c: Qwen3Config, bits: int | None = None, group_size: int | None = None
 ) -> dict[str, tuple[tuple[int, ...], str | None]]:
@@ -71,12 +91,13 @@ def stored_tensors(
     for name, shape in expected_tensors(c).items():
         if bits and group_size and is_quantizable(name, shape):
             rows, cols = shape
-            if cols % group_size:
-                raise WeightsError(f"{name}: input width {cols} is not a multiple of group_size {group_size}")
+            b, g = quantized_as(name, bits, group_size)
+            if cols % g:
+                raise WeightsError(f"{name}: input width {cols} is not a multiple of group_size {g}")
             base = name.removesuffix(".weight")
-            out[name] = ((rows, cols * bits // 32), "U32")
-            out[base + ".scales"] = ((rows, cols // group_size), None)
-            out[base + ".biases"] = ((rows, cols // group_size), None)
+            out[name] = ((rows, cols * b // 32), "U32")
+            out[base + ".scales"] = ((rows, cols // g), None)
+            out[base + ".biases"] = ((rows, cols // g), None)
         else:
             out[name] = (shape, None)
     return out

@@ -17,7 +17,7 @@ import numpy as np
 
 from . import byte_tokenizer
 from .config import Qwen3Config
-from .crosscheck import expected_tensors, is_quantizable, stored_tensors
+from .crosscheck import expected_tensors, is_quantizable, quantization_entry, quantized_as, stored_tensors
 from .dtypes import code_for, from_float32
 from .errors import WeightsError
 from .model_dir import DEFAULT_SHARD_BYTES, building, check_target, copy_tokenizer, counted, write_shards
@@ -110,7 +110,7 @@ def write_random_checkpoint(
         config = config.replace(bos_token_id=byte_tokenizer.ENDOFTEXT, eos_token_id=byte_tokenizer.IM_END)
     cfg = config.to_dict() | {"torch_dtype": dtype}
     if quantize:
-        cfg["quantization"] = {"group_size": group_size, "bits": quantize}
+        cfg["quantization"] = quantization_entry(config, quantize, group_size)
     cfg_obj = Qwen3Config.from_dict(cfg, source=str(out / "config.json"))  # validate before any work
     layout = {n: (s, d or code) for n, (s, d) in stored_tensors(cfg_obj, quantize, group_size).items()}
     with building(out) as tmp:
@@ -137,8 +137,9 @@ def _producer(c: Qwen3Config, seed: int, code: str, bits: int | None, group: int
         base = name.rsplit(".", 1)[0]
         if base not in cached:  # weight, scales and biases are written next to each other
             cached.clear()
+            b, g = quantized_as(base + ".weight", bits or 0, group)
             cached[base] = quantize(
-                random_tensor(base + ".weight", logical[base + ".weight"], c, seed), bits=bits or 0, group_size=group
+                random_tensor(base + ".weight", logical[base + ".weight"], c, seed), bits=b, group_size=g
             )
         packed, scales, biases = cached[base]
         return {"weight": packed, "scales": from_float32(scales, code), "biases": from_float32(biases, code)}[
