@@ -48,6 +48,7 @@ BLOCK = {  # GGUF block tensor -> HF name under model.layers.N
 ARCHS = {"qwen3": "qwen3", "qwen3moe": "qwen3_moe"}  # general.architecture -> config.json's model_type
 TOP = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
 FLOAT_TYPES = {"F32": "F32", "F16": "F16", "BF16": "BF16"}
+FLOAT_DTYPES = {"F32": np.float32, "F16": np.float16, "BF16": np.uint16}  # as stored (BF16 as its bits)
 LOADS = ", ".join([*FLOAT_TYPES, *FORMATS])
 
 
@@ -144,7 +145,7 @@ class GGUFFile:
         shape = self.tensors[name].shape
         data, kind = self._stored(t), t.ggml_type
         if part == "float":
-            return data.view({"F32": np.float32, "F16": np.float16, "BF16": np.uint16}[kind]).reshape(shape)
+            return data.view(FLOAT_DTYPES[kind]).reshape(shape)
         *lead, cols = reversed(t.dims)  # the matrix's shape (the parts' shapes are the packed ones)
         rows = int(np.prod(lead))
         return affine_part(kind, data, (rows, cols), part).reshape(shape)
@@ -155,11 +156,11 @@ class GGUFFile:
         shape = self.tensors[name].shape
         data, kind = self._stored(t), t.ggml_type
         per = data.size // shape[0]
+        own = data[e * per : (e + 1) * per]
         if part == "float":
-            return data[e * per : (e + 1) * per].view({"F32": np.float32, "F16": np.float16, "BF16": np.uint16}[kind])\
-                .reshape(shape[1:])  # fmt: skip
+            return own.view(FLOAT_DTYPES[kind]).reshape(shape[1:])
         rows, cols = t.dims[1], t.dims[0]
-        return affine_part(kind, data[e * per : (e + 1) * per], (rows, cols), part)
+        return affine_part(kind, own, (rows, cols), part)
 
     def stored_bytes(self, name: str) -> np.ndarray:
         """The bytes the file holds for ``name`` (a quantized tensor's parts share their blocks): what a
