@@ -87,15 +87,17 @@ def kernels(session: nox.Session) -> None:
         pytest(session, *args, *once, FS_REQUIRE_REFERENCE="1", FS_ISA="avx2")
 
 
-# kernels tests about *whether* kernels compile, not about what they compute, and tests of what feeds the kernels
-# (GGUF repacks, MoE routing) whose kernels' own per-ISA contracts test_tiles.py proves: no second run under
-# FS_ISA=avx2
+# kernels tests about *whether* kernels compile, not about what they compute, tests of what feeds the kernels
+# (GGUF repacks, MoE routing) whose kernels' own per-ISA contracts test_tiles.py proves, and the engine's scheduler
+# (random schedules, preemption: its equality rests on the per-ISA batch == solo of test_batch_invariance.py,
+# test_paged_step.py and test_fast_kernel_contracts.py, which do run twice): no second run under FS_ISA=avx2
 ONE_ISA_IS_ENOUGH = [
     "packages/fs-model/tests/test_compile_notice.py",
     "packages/fs-generate/tests/test_warm_up.py",
     "packages/fs-model/tests/test_moe.py",
     "packages/fs-generate/tests/test_moe_contracts.py",
     "packages/fs-generate/tests/test_gguf_kquants.py",
+    "packages/fs-generate/tests/test_engine.py",
 ]
 
 

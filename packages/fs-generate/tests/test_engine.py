@@ -7,7 +7,6 @@ chunk twice, skips one, writes a token's K/V into a neighbour's block, recompute
 wrong position, or reseeds its sampler fails these.
 """
 
-import os
 import threading
 
 import numpy as np
@@ -71,8 +70,7 @@ request = st.fixed_dictionaries(
 
 
 @pytest.mark.kernels
-# the kernels session's second pass (FS_ISA=avx2) re-proves the kernels, not the scheduler: 10 schedules suffice there
-@settings(max_examples=10 if os.environ.get("FS_ISA") else 20, deadline=None,
+@settings(max_examples=20, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])  # fmt: skip
 @given(
     reqs=st.lists(request, min_size=1, max_size=8),
