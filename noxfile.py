@@ -166,6 +166,7 @@ BENCHES = {
     "cpu_speed": ["benchmarks/cpu_speed.py", "--rounds", "3", "--out", "docs/data/cpu_speed.json"],
     "weights_io": ["benchmarks/weights_io.py"],
     "gguf_load": ["benchmarks/gguf_load.py"],
+    "moe_experts": ["benchmarks/moe_experts.py"],
     "gguf_vs_llama": ["benchmarks/gguf_vs_llama.py"],
     "kquant_speed": ["benchmarks/kquant_speed.py"],
     "moe_speed": ["benchmarks/moe_speed.py"],

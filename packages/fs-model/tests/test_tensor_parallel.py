@@ -96,3 +96,31 @@ def test_heads_that_do_not_divide_are_refused(tmp_path, reference):
         load_model(d, backend="mlx", tensor_group=TwoRanks())
     with pytest.raises(ModelError, match="needs backend='mlx'"):
         load_model(d, tensor_group=mx.distributed.init())
+
+
+def test_qwen3_moe_splits_every_expert_over_the_ranks(tmp_path, reference, ring_hostfile):
+    """A Qwen3-MoE with a dense layer 0: two ranks, each holding half of every expert's width, give one process's
+    logits and greedy tokens; quantized, loading the slices equals cutting a whole model (the experts' [E, out, in]
+    arrays split one axis further in than a dense matrix: splitting the expert axis instead fails both)."""
+    reference("mlx.core")
+    moe = config(model_type="qwen3_moe", num_experts=4, num_experts_per_tok=2, moe_intermediate_size=64,
+                 norm_topk_prob=True, mlp_only_layers=[0])  # fmt: skip
+    d = write_random_checkpoint(tmp_path / "m", moe, dtype="float32")
+    one = load_model(d, backend="mlx", dtype="float32")
+    ranks = run_ranks(ring_hostfile, d, tmp_path, "float32")
+    assert np.array_equal(ranks[0]["logits"], ranks[1]["logits"])
+    assert rel_err(ranks[0]["logits"], np.asarray(one.forward(IDS))) <= 1e-5
+    cache, seq = one.make_cache(), list(IDS)
+    step = np.asarray(one.forward(IDS, cache))[-1]
+    for _ in range(12):
+        seq.append(int(step.argmax()))
+        step = np.asarray(one.forward([seq[-1]], cache))[-1]
+    assert ranks[0]["greedy"].tolist() == seq[len(IDS) :]
+    q = write_random_checkpoint(tmp_path / "q", moe, dtype="float32", quantize=4, group_size=32)
+    (tmp_path / "sliced").mkdir()
+    (tmp_path / "cut").mkdir()
+    sliced = run_ranks(ring_hostfile, q, tmp_path / "sliced", "float32")
+    cut = run_ranks(ring_hostfile, q, tmp_path / "cut", "float32", "shard")
+    assert np.array_equal(sliced[0]["logits"], cut[0]["logits"])
+    want = np.asarray(load_model(q, backend="mlx", dtype="float32").forward(IDS))
+    assert rel_err(sliced[0]["logits"], want) <= 1e-4  # 4-bit: the quantized MoE parity tolerance

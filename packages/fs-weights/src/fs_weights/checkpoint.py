@@ -135,9 +135,19 @@ class Checkpoint:
             self._finite.add(name)
         return arr
 
+    def is_view(self, name: str, arr: np.ndarray) -> bool:
+        """Whether ``arr`` (what a loader kept for ``name``) reads the mapped file itself: then its pages are the
+        weights and must stay; a converted copy does not, and ``release`` can drop them. Costs no read or repack."""
+        f, stored = self._file(name), self._stored.get(name, name)
+        if name in self._experts:
+            stored = self._experts[name][1]
+        return bool(np.may_share_memory(arr, f.stored_bytes(stored)))
+
     def release(self, name: str) -> None:
         """Drop ``name``'s mapped pages from resident memory once a converted copy is all that is kept."""
-        if name in self._experts:  # the stacked tensor's other experts are still to be read
+        if name in self._experts:  # only this expert's slice: the stacked tensor's others may still be read
+            _, stored, e = self._experts[name]
+            self._file(name).release(stored, e)
             return
         self._file(name).release(self._stored.get(name, name))
 

@@ -24,7 +24,7 @@ from .errors import WeightsError
 from .gguf_blocks import FORMATS, affine_part, quantization
 from .gguf_header import GGUFFormatError, GGUFHeader, GGUFTensor, parse_header
 from .regular_file import open_regular
-from .safetensors import TensorInfo
+from .safetensors import TensorInfo, drop_pages, slice_bytes
 
 BLOCK = {  # GGUF block tensor -> HF name under model.layers.N
     "attn_norm": "input_layernorm",
@@ -167,8 +167,12 @@ class GGUFFile:
         checkpoint digest samples, without repacking anything."""
         return self._stored(self._parts[name][0])
 
-    def release(self, name: str) -> None:
-        """Nothing to drop: ``raw`` builds each array when asked and keeps no copy."""
+    def release(self, name: str, expert: int | None = None) -> None:
+        """Drop the pages of ``name``'s blocks (or of one ``expert``'s, in a stacked tensor) from resident memory:
+        a loader that repacked them keeps only its copy (``raw`` itself keeps none)."""
+        t = self._parts[name][0]
+        E = self.tensors[name].shape[0] if expert is not None else 1
+        drop_pages(self._map, *slice_bytes(t.begin, t.end, E, expert or 0))
 
     def close(self) -> None:
         """Drop the mapping; arrays already handed out keep it alive until they are freed."""

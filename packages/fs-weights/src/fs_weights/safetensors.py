@@ -172,14 +172,27 @@ class SafetensorsFile:
         """Tensor ``name``'s bytes in the file, flat (what a checkpoint digest samples)."""
         return self.raw(name).reshape(-1).view(np.uint8)
 
-    def release(self, name: str) -> None:
+    def release(self, name: str, expert: int | None = None) -> None:
         """Drop tensor ``name``'s pages from this process's resident memory (``MADV_DONTNEED``); they stay in the
-        file, and a later access reads them back. For loaders that convert a tensor and keep only the result."""
+        file, and a later access reads them back. For loaders that convert a tensor and keep only the result.
+        ``expert``: only that slice of a stacked [E, ...] tensor (its other experts may still be read)."""
         t = self.tensors[name]
-        if self._map is None or not hasattr(mmap, "MADV_DONTNEED") or t.end <= t.begin:
-            return
-        start = t.begin // mmap.PAGESIZE * mmap.PAGESIZE
-        self._map.madvise(mmap.MADV_DONTNEED, start, t.end - start)
+        drop_pages(self._map, *slice_bytes(t.begin, t.end, t.shape[0] if expert is not None else 1, expert or 0))
+
+
+def slice_bytes(begin: int, end: int, E: int, e: int) -> tuple[int, int]:
+    """Bytes [begin, end) of a tensor stored as E equal slices along its first axis -> slice e's range."""
+    per = (end - begin) // E
+    return begin + e * per, begin + (e + 1) * per
+
+
+def drop_pages(m: mmap.mmap | None, begin: int, end: int) -> None:
+    """``MADV_DONTNEED`` over the pages holding bytes [begin, end) of a read-only file mapping: they leave resident
+    memory and are read from the file again if touched (a shared edge page only costs its neighbour a re-read)."""
+    if m is None or not hasattr(mmap, "MADV_DONTNEED") or end <= begin:
+        return
+    start = begin // mmap.PAGESIZE * mmap.PAGESIZE
+    m.madvise(mmap.MADV_DONTNEED, start, end - start)
 
 
 def save_safetensors(

@@ -136,27 +136,32 @@ if HAVE_NUMBA:
             _call(edge, (pw + i * sw, sw, ps + i * sg, pb + i * sg, sg, px, sx, pa, sa, po + i * 4, so, G, P))  # type: ignore[call-arg]
             i += 1
 
-    @njit(parallel=True, cache=True)
-    def _drive(fns, NRs, pw, sw, ps, pb, sg, X, A, out, n, G, P):  # pragma: no cover
-        """Every BLOCK weight rows are one work item; inside, the input rows go in panels of 4, then 2, then 1,
-        each against the block's weight rows (every tile computes each element by the same chain). X: the input
-        rows (float32, or int8 for q4i); A: per-row side data (q4i), else an empty placeholder."""
+    @njit(cache=True)
+    def panels(fns, NRs, lo, hi, m, pw, sw, ps, pb, sg, px, sx, pa, sa, po, so, G, P):  # pragma: no cover
+        """Input rows 0..m-1 (at px, their side data at pa, their outputs at po) against weight rows lo..hi: panels
+        of 4 rows, then 2, then 1 (every tile computes each element by the same chain)."""
         t4, e4, t2, e2, t1, e1 = fns
         N4, N2, N1 = NRs
+        r = 0
+        while r + 4 <= m:
+            _panel(t4, e4, N4, lo, hi, pw, sw, ps, pb, sg, px + r * sx, sx, pa + r * sa, sa, po + r * so, so, G, P)
+            r += 4
+        if r + 2 <= m:
+            _panel(t2, e2, N2, lo, hi, pw, sw, ps, pb, sg, px + r * sx, sx, pa + r * sa, sa, po + r * so, so, G, P)
+            r += 2
+        if r < m:
+            _panel(t1, e1, N1, lo, hi, pw, sw, ps, pb, sg, px + r * sx, sx, pa + r * sa, sa, po + r * so, so, G, P)
+
+    @njit(parallel=True, cache=True)
+    def _drive(fns, NRs, pw, sw, ps, pb, sg, X, A, out, n, G, P):  # pragma: no cover
+        """Every BLOCK weight rows are one work item, all of X's rows against them (``panels``). X: the input rows
+        (float32, or int8 for the integer kinds); A: per-row side data (``Tiled`` says which), else a placeholder."""
         m, px, sx = X.shape[0], X.ctypes.data, X.strides[0]
         pa, sa = A.ctypes.data, A.strides[0]
         po, so = out.ctypes.data, out.strides[0]
         for blk in prange((n + BLOCK - 1) // BLOCK):
             lo, hi = blk * BLOCK, min(n, blk * BLOCK + BLOCK)
-            r = 0
-            while r + 4 <= m:
-                _panel(t4, e4, N4, lo, hi, pw, sw, ps, pb, sg, px + r * sx, sx, pa + r * sa, sa, po + r * so, so, G, P)
-                r += 4
-            if r + 2 <= m:
-                _panel(t2, e2, N2, lo, hi, pw, sw, ps, pb, sg, px + r * sx, sx, pa + r * sa, sa, po + r * so, so, G, P)
-                r += 2
-            if r < m:
-                _panel(t1, e1, N1, lo, hi, pw, sw, ps, pb, sg, px + r * sx, sx, pa + r * sa, sa, po + r * so, so, G, P)
+            panels(fns, NRs, lo, hi, m, pw, sw, ps, pb, sg, px, sx, pa, sa, po, so, G, P)
 
 
 WIDE_FEATURES = ("avx512f", "avx512bw")
@@ -197,7 +202,7 @@ def applies(kind: str, k: int, G: int = 0) -> bool:
     return kernels(kind, G) is not None
 
 
-_NO_SIDE = np.zeros((1, 1), np.float32)
+NO_SIDE = np.zeros((1, 1), np.float32)  # side data for the kinds that read none (bf16)
 
 
 class Tiled:
@@ -224,16 +229,21 @@ class Tiled:
         self.counts = (outer, inner)
         self.keys = {m: ("tiles", kind, codes.shape, bucket(m)) for m in range(1, 9)}
 
+    def prepare(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(the rows as the tiles read them, their side data): each row's own, whatever else is in X."""
+        if self.kind in INTEGER:  # int8 activations per group, [scales | sums] per row (integer_tiles.py)
+            return quantize_rows(X, self.G)
+        if self.kind in ("q8", "q4", "q8w", "q4w"):  # each row's group sums, for the bias term (float_tiles.py)
+            side = np.empty((X.shape[0], self.k // self.G), np.float32)
+            _group_sums(X, self.G, side)
+            return X, side
+        return X, NO_SIDE
+
     def __call__(self, X: np.ndarray) -> np.ndarray:
         if X.dtype != np.float32 or not X.flags.c_contiguous:
             X = np.ascontiguousarray(X, dtype=np.float32)
         m = X.shape[0]
-        side = _NO_SIDE
-        if self.kind in INTEGER:  # int8 activations per group, [scales | sums] per row (integer_tiles.py)
-            X, side = quantize_rows(X, self.G)
-        elif self.kind in ("q8", "q4", "q8w", "q4w"):  # each row's group sums, for the bias term (float_tiles.py)
-            side = np.empty((m, self.k // self.G), np.float32)
-            _group_sums(X, self.G, side)
+        X, side = self.prepare(X)
         out = np.empty((m, self.n), np.float32)
         key = self.keys.get(m) or ("tiles", self.kind, (self.n, self.k), bucket(m))
         fan_out(key, _drive, self.fns, self.NRs, *self.weights, X, side, out, self.n, *self.counts)

@@ -175,8 +175,6 @@ class MlxModel(Model):
         rank, N = (tensor_group.rank(), tensor_group.size()) if tensor_group is not None else (0, 1)
         if N > 1:
             check_divisible(config, N, (ckpt.quantization or {}).get("group_size"))
-            if config.model_type == "qwen3_moe":
-                raise ModelError(f"{path}: tensor parallelism over Qwen3-MoE experts is not implemented yet")
 
         def part(n: str) -> np.ndarray:
             return rank_slice(ckpt, n, rank, N)
@@ -211,11 +209,12 @@ class MlxModel(Model):
             if config.is_sparse(i):  # the router (a Linear, loaded above) and every expert's matrices stacked
                 p = f"model.layers.{i}.mlp."
                 gate, up, down = (
-                    stacked(ckpt, p, config.num_experts, n, dt) for n in ("gate_proj", "up_proj", "down_proj")
+                    stacked(ckpt, p, config.num_experts, n, dt, part) for n in ("gate_proj", "up_proj", "down_proj")
                 )
-                weights[p + "moe"] = SparseMoE(
+                moe = weights[p + "moe"] = SparseMoE(
                     weights.pop(p + "gate"), gate, up, down, config.num_experts_per_tok, config.norm_topk_prob
                 )
+                moe.group = tensor_group if N > 1 else None
         mx.eval([_arrays(v) for v in weights.values()])
         if N > 1:  # the column-split projections end with the group's sum
             for base in weights:

@@ -6,6 +6,7 @@ Each projection holds every expert's matrix in one array, ``[E, out, in]`` (or M
 (largest probability first); ties, which the reference breaks by the lower index, are left to ``mx.argsort``.
 """
 
+from collections.abc import Callable
 from typing import Any
 
 import mlx.core as mx
@@ -29,16 +30,19 @@ class SwitchLinear:
         )  # fmt: skip
 
 
-def stacked(ckpt: Checkpoint, prefix: str, experts: int, name: str, dt: mx.Dtype) -> SwitchLinear:
+def stacked(
+    ckpt: Checkpoint, prefix: str, experts: int, name: str, dt: mx.Dtype, part: Callable[[str], np.ndarray]
+) -> SwitchLinear:
     """Projection ``name`` (gate_proj, up_proj, down_proj) of every expert under ``prefix`` ("model.layers.{i}.mlp."),
-    stacked [E, ...]; quantized experts keep their codes, scales and biases (in ``dt``, as the dense layers')."""
+    stacked [E, ...]; quantized experts keep their codes, scales and biases (in ``dt``, as the dense layers').
+    ``part(tensor name)``: the stored tensor, or this rank's slice of it under tensor parallelism."""
     names = [f"{prefix}experts.{e}.{name}" for e in range(experts)]
     first = names[0] + ".weight"
 
-    def stack(part: str, cast: bool) -> mx.array:
-        arr = np.stack([np.asarray(ckpt.raw(f"{n}.{part}")) for n in names])
+    def stack(kind: str, cast: bool) -> mx.array:
+        arr = np.stack([np.asarray(part(f"{n}.{kind}")) for n in names])
         a = mx.array(arr)
-        if ckpt.info(f"{names[0]}.{part}").dtype == "BF16":
+        if ckpt.info(f"{names[0]}.{kind}").dtype == "BF16":
             a = a.view(mx.bfloat16)
         return a.astype(dt) if cast else a
 
@@ -51,6 +55,7 @@ def stacked(ckpt: Checkpoint, prefix: str, experts: int, name: str, dt: mx.Dtype
 class SparseMoE:
     def __init__(self, router: Any, gate: SwitchLinear, up: SwitchLinear, down: SwitchLinear, k: int, normalize: bool):
         self.router, self.gate, self.up, self.down, self.k, self.normalize = router, gate, up, down, k, normalize
+        self.group: Any = None  # tensor parallelism: each rank holds 1/N of every expert's width (shard.py)
 
     def __call__(self, x: mx.array) -> mx.array:
         p = mx.softmax(self.router(x).astype(mx.float32), axis=-1, precise=True)
@@ -61,4 +66,5 @@ class SparseMoE:
         xe = mx.expand_dims(x, (-2, -3))  # [..., 1, 1, H]
         g, u = self.gate(xe, ids), self.up(xe, ids)  # [..., k, 1, M]
         y = self.down((g * mx.sigmoid(g)) * u, ids).squeeze(-2)  # [..., k, H]
-        return (y * w[..., None].astype(y.dtype)).sum(axis=-2)
+        y = (y * w[..., None].astype(y.dtype)).sum(axis=-2)
+        return y if self.group is None else mx.distributed.all_sum(y, group=self.group)

@@ -5,6 +5,10 @@ width); o_proj and down_proj by input columns, each followed by one ``all_sum`` 
 and the MLP with the whole hidden state. Embedding, norms and lm_head are whole on every rank, so every rank
 computes the same logits (the all-sum result is the same bits everywhere) and samples the same token.
 
+A Qwen3-MoE layer splits every expert as a dense MLP is split (gate/up rows, down columns: each rank holds 1/N of
+every expert's width, as mlx-lm shards its MoE models' ``switch_mlp``); the router is whole, so every rank picks
+the same experts, mixes its partial outputs with the same weights, and one ``all_sum`` ends the layer.
+
 Each rank reads only its slice from the checkpoint (the safetensors mmap is sliced before anything is copied):
 rows ``r·out/N ..`` of a row-split weight, columns ``r·in/N ..`` of a column-split one - for a quantized weight
 in packed words (``in·bits/32/N``) and in groups for its scales and biases, so ``in/N`` must be a whole number of
@@ -23,14 +27,20 @@ from ..errors import ModelError
 SPLIT = {"q_proj": 0, "k_proj": 0, "v_proj": 0, "gate_proj": 0, "up_proj": 0, "o_proj": 1, "down_proj": 1}
 
 
+def _mlp_widths(c: Qwen3Config) -> list[tuple[str, int]]:
+    """The MLP widths the ranks split: the dense layers' and, in Qwen3-MoE, every expert's."""
+    sparse = [c.is_sparse(i) for i in range(c.num_hidden_layers)]
+    widths = [("intermediate_size", c.intermediate_size)] if not all(sparse) else []
+    return widths + ([("moe_intermediate_size", c.moe_intermediate_size)] if any(sparse) else [])
+
+
 def check_divisible(c: Qwen3Config, N: int, group_size: int | None) -> None:
-    for what, n in (("num_attention_heads", c.num_attention_heads), ("num_key_value_heads", c.num_key_value_heads),
-                    ("intermediate_size", c.intermediate_size)):  # fmt: skip
+    heads = [("num_attention_heads", c.num_attention_heads), ("num_key_value_heads", c.num_key_value_heads)]
+    for what, n in heads + _mlp_widths(c):
         if n % N:
             raise ModelError(f"tensor parallelism over {N} ranks: {what}={n} does not divide by {N}")
     if group_size:
-        for what, n in (("num_attention_heads*head_dim", c.num_attention_heads * c.dim_head),
-                        ("intermediate_size", c.intermediate_size)):  # fmt: skip
+        for what, n in [("num_attention_heads*head_dim", c.num_attention_heads * c.dim_head), *_mlp_widths(c)]:
             if (n // N) % group_size:
                 raise ModelError(
                     f"tensor parallelism over {N} ranks: {what}/{N} = {n // N} inputs per rank is not a whole number "
@@ -83,15 +93,23 @@ def shard_model(model: Any, group: Any) -> None:
         if x is None:
             return None
         step = x.shape[axis] // N
-        return x[rank * step : (rank + 1) * step] if axis == 0 else x[:, rank * step : (rank + 1) * step]
+        return x[(slice(None),) * axis + (slice(rank * step, (rank + 1) * step),)]
+
+    def cut_linear(lin: Any, axis: int) -> None:
+        lin.w, lin.scales, lin.biases = cut(lin.w, axis), cut(lin.scales, axis), cut(lin.biases, axis)
+        mx.eval(*(a for a in (lin.w, lin.scales, lin.biases) if a is not None))
 
     for block in model.blocks:
+        moe = block.w.get("moe")
         for name, axis in SPLIT.items():
-            lin = block.w[name]
-            lin.w, lin.scales, lin.biases = cut(lin.w, axis), cut(lin.scales, axis), cut(lin.biases, axis)
-            mx.eval(*(a for a in (lin.w, lin.scales, lin.biases) if a is not None))
+            if moe is not None and name in ("gate_proj", "up_proj", "down_proj"):  # experts [E, out, in]: one axis in
+                cut_linear(getattr(moe, name.removesuffix("_proj")), axis + 1)
+                continue
+            cut_linear(block.w[name], axis)
             if axis == 1:
-                block.w[name] = AllSum(lin, group)
+                block.w[name] = AllSum(block.w[name], group)
+        if moe is not None:
+            moe.group = group  # its partial expert outputs, mixed, then summed over the group
         block.nh, block.nkv = block.nh // N, block.nkv // N
     model.kv_heads = model.config.num_key_value_heads // N
     model.tensor_group = group

@@ -5,6 +5,7 @@ This is where the CPU path's decisions are made, in order:
 2. its layer: ``DenseLinear`` (BLAS), ``Bf16Linear`` or ``AffineLinear`` (fs_model.cpu kernels);
 3. whether every step runs the fused glue (``InvariantAttention`` / ``InvariantBlock``: batch-invariant, the
    default), decode steps only (``FusedAttention`` / ``FusedBlock``, ``FS_BATCH_INVARIANT=0``), or neither;
+   with the invariant glue a Qwen3-MoE layer's chosen experts run in two tile calls (``GroupedMoE``);
 4. whether a prefill keeps OpenBLAS to one thread (when the matrices run on numba's pool).
 """
 
@@ -29,11 +30,13 @@ from ..cpu.decode_step import (
     fused_decode_applies,
     invariant_applies,
 )
+from ..cpu.experts import GroupedMoE
 from ..errors import ModelError
 from .attention import Attention
 from .block import Block
 from .linear import DenseLinear, Linear
 from .model import NumpyModel
+from .moe import SparseMoE
 
 DTYPES = ("float32", "bfloat16", "native")
 QUANTIZE = ("int8", "int4")
@@ -92,6 +95,7 @@ def from_checkpoint(
         kv_dtype=kv_dtype,
         attention=InvariantAttention if invariant else FusedAttention if fused else Attention,
         block=InvariantBlock if invariant else FusedBlock if fused else Block,
+        moe=GroupedMoE if invariant else SparseMoE,
         context=context,
     )
 
@@ -100,7 +104,7 @@ def _layer(ckpt: Checkpoint, name: str, dtype: str | None, quantize: str | None)
     if len(ckpt.info(name).shape) != 2:  # norms: tiny, always float32
         return _float32(ckpt, name)
     w = _kept(ckpt, name, dtype, quantize)
-    if not np.may_share_memory(getattr(w, "codes", w), ckpt.raw(name)):
+    if not ckpt.is_view(name, getattr(w, "codes", w)):
         ckpt.release(name)  # a converted copy is kept: the stored pages need not stay resident (peak RSS)
     if isinstance(w, AffineWeight):
         return AffineLinear(w)

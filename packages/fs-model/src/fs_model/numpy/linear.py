@@ -15,8 +15,9 @@ embedding, ``layer.rows(ids)``; how a weight is stored and which kernel multipli
 
 import contextlib
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -42,6 +43,18 @@ def time_matmuls() -> Iterator[MatmulTime]:
         _timer.remove(t)
 
 
+def timed(matmul: Callable[..., np.ndarray], *args: Any) -> np.ndarray:
+    """``matmul(*args)``, counted and timed when a ``time_matmuls`` block is active (every layer's product goes
+    through here, and so does any kernel that multiplies several layers' weights in one call)."""
+    if not _timer:
+        return matmul(*args)
+    t0 = time.perf_counter()
+    y = matmul(*args)
+    _timer[-1].calls += 1
+    _timer[-1].seconds += time.perf_counter() - t0
+    return y
+
+
 class Linear:
     """Base: ``__call__`` reshapes to rows [M, in], runs ``matmul`` and restores the leading axes.
 
@@ -51,14 +64,7 @@ class Linear:
     shape: tuple[int, int]  # (out, in)
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
-        rows = x.reshape(-1, x.shape[-1])
-        if _timer:
-            t0 = time.perf_counter()
-            y = self.matmul(rows)
-            _timer[-1].calls += 1
-            _timer[-1].seconds += time.perf_counter() - t0
-        else:
-            y = self.matmul(rows)
+        y = timed(self.matmul, x.reshape(-1, x.shape[-1]))
         return y.reshape(*x.shape[:-1], self.shape[0])
 
     def matmul(self, rows: np.ndarray) -> np.ndarray:

@@ -46,6 +46,7 @@ class NumpyModel(Model):
         *,
         attention: type[Attention] = Attention,
         block: type[Block] = Block,
+        moe: type[SparseMoE] = SparseMoE,
         context: ForwardContext = _no_context,
     ):
         """``weights``: checkpoint names -> a ``Linear`` for each matrix, a float32 array for each norm.
@@ -70,12 +71,10 @@ class NumpyModel(Model):
             }
             heads = (c.num_attention_heads, c.num_key_value_heads, c.dim_head)
             attn = attention(w, *heads, c.rms_norm_eps, self.rope, kv_bf16=kv_dtype == "bfloat16")
-            moe = None
+            sparse = None
             if c.is_sparse(i):  # Qwen3-MoE: this layer's MLP is the router and its experts
-                moe = SparseMoE.from_weights(
-                    weights, p + "mlp.", c.num_experts, c.num_experts_per_tok, c.norm_topk_prob
-                )
-            self.blocks.append(block(w, attn, c.rms_norm_eps, moe))
+                sparse = moe.from_weights(weights, p + "mlp.", c.num_experts, c.num_experts_per_tok, c.norm_topk_prob)
+            self.blocks.append(block(w, attn, c.rms_norm_eps, sparse))
 
     def _quantize_kv(self, x: Any, bits: int, group_size: int) -> tuple[Any, Any, Any]:
         return quantize_kv(x, bits, group_size, self.kv_dtype == "bfloat16")

@@ -53,7 +53,11 @@ class SparseMoE:
         for e in np.unique(top).tolist():  # each chosen expert once, on every token that chose it
             tokens, ranks = np.nonzero(top == e)
             picked[tokens, ranks] = self.experts[e](rows[tokens])
+        return self.mix(picked, weight).reshape(shape)
+
+    def mix(self, picked: np.ndarray, weight: np.ndarray) -> np.ndarray:
+        """Each token's k expert outputs [T, k, H] weighted [T, k] and summed in rank order -> [T, H]."""
         y = picked[:, 0] * weight[:, :1]
         for r in range(1, self.k):  # rank order, each token on its own: no reduction across tokens
             y = y + picked[:, r] * weight[:, r : r + 1]
-        return y.reshape(shape)
+        return y
