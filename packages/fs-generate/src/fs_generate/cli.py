@@ -45,6 +45,10 @@ stopping: an EOS id of the model (generation_config.json + config.json), --max-t
 --kv-bits 2|4|8 (mlx-lm's): once the cache holds --quantized-kv-start positions (default 5000) it is kept as affine
   codes, groups of --kv-group-size dims (default 64), and attention reads them: ~1/3 (4-bit) or ~1/2 (8-bit) of a bf16
   cache's bytes. Lossy: outputs drift from the exact cache's. Not with --max-kv-size.
+--prompt-lookup-num-tokens K (Hugging Face's): speculative decoding that drafts up to K tokens (1-16) from the
+  context - what followed the last 3, 2 or 1 tokens where they occurred before - and verifies them in one pass. The
+  output is the same bits as without it (the kernels are batch invariant: bf16 / int8 / int4 weights; other models
+  are refused); it pays when the text repeats its context (edits, quotes, code). Not with --kv-bits/--max-kv-size.
 exit codes: 0 done, 2 bad input (unknown model, bad flag values, empty prompt, template errors).
 The last line on stderr is: prompt tokens and tok/s, generated tokens and tok/s, peak memory.
 """
@@ -86,6 +90,9 @@ def parser() -> argparse.ArgumentParser:
         "--max-context", type=positive_int, help="stop at N tokens, prompt included (default: max_position_embeddings)"
     )
     ap.add_argument("--kv-bits", type=int, choices=KV_BITS, help="mlx-lm's: keep the KV cache as N-bit codes")
+    ap.add_argument(
+        "--prompt-lookup-num-tokens", type=int, default=0, help="draft up to K tokens from the context (0: off)"
+    )
     ap.add_argument(
         "--kv-group-size", type=int, choices=KV_GROUP_SIZES, default=64, help="dims per KV scale (default 64)"
     )
@@ -219,6 +226,7 @@ def _run(args: argparse.Namespace) -> int:
         kv_bits=args.kv_bits,
         kv_group_size=args.kv_group_size,
         quantized_kv_start=args.quantized_kv_start,
+        prompt_lookup_num_tokens=args.prompt_lookup_num_tokens,
         prefix_cache=prefix,
         **constraint,
     )
@@ -250,6 +258,8 @@ def _run(args: argparse.Namespace) -> int:
                     "prompt_tokens": len(r.prompt_ids),
                     "cached_tokens": r.cached_tokens,
                     "eos_token_id": r.eos_token_id,
+                    "drafted_tokens": r.drafted_tokens,
+                    "accepted_tokens": r.accepted_tokens,
                 }
             )
         )
@@ -264,6 +274,10 @@ def _run(args: argparse.Namespace) -> int:
         f"Generation: {len(r.token_ids)} tokens, {r.generation_tps:.3f} tokens-per-sec (finish: {r.finish_reason})",
         file=err,
     )
+    if args.prompt_lookup_num_tokens:
+        rate = r.accepted_tokens / r.drafted_tokens if r.drafted_tokens else 0.0
+        print(f"Speculation: {r.accepted_tokens} of {r.drafted_tokens} drafted tokens accepted ({rate:.0%}), "
+              f"{r.forward_passes} forward passes", file=err)  # fmt: skip
     print(f"Peak memory: {peak_memory_gb():.3f} GB", file=err)
     return 0
 

@@ -17,6 +17,7 @@ import numpy as np
 from fs_kvcache import DenseKVCache
 from fs_model import CausalLM
 
+from . import speculative
 from .constraints import make_constraint
 from .errors import GenerateError
 from .kv_bits import KVBits
@@ -37,6 +38,7 @@ class GenerationStep:
     finish_reason: str | None = None  # set on the last step: "eos" | "length" | "context" | "stop"
     # (an Engine request's Generation may also end "cancelled"; no step carries that)
     top_logprobs: tuple[tuple[int, float], ...] = ()  # (id, logprob) of the N likeliest, when asked for N
+    from_draft: bool = False  # speculative decoding: a drafted token the model confirmed (mlx-lm's name)
 
 
 @dataclass
@@ -51,6 +53,8 @@ class Generation:
     generation_seconds: float = 0.0
     forward_passes: int = 0
     cached_tokens: int = 0  # prompt tokens whose K/V came from a prefix cache (Engine, or a radix cache here)
+    drafted_tokens: int = 0  # speculative decoding: tokens proposed, and those the model confirmed
+    accepted_tokens: int = 0
 
     @property
     def prompt_tps(self) -> float:
@@ -116,6 +120,7 @@ class Generator:
         kv_bits: int | None = None,
         kv_group_size: int = 64,
         quantized_kv_start: int = 0,
+        prompt_lookup_num_tokens: int = 0,
     ):
         if type(max_new_tokens) is not int or max_new_tokens < 0:
             raise GenerateError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
@@ -157,6 +162,10 @@ class Generator:
                     "kv_bits (a quantized cache) needs use_cache=True, no max_kv_size and no prefix cache"
                     " (a prompt-cache file is fine)"
                 )
+        speculative.check(model, prompt_lookup_num_tokens)  # drafts of k tokens from the context (speculative.py)
+        if prompt_lookup_num_tokens and (not use_cache or max_kv_size is not None or kv_bits is not None):
+            raise GenerateError("prompt_lookup_num_tokens needs use_cache=True, no max_kv_size and no kv_bits")
+        self.lookup = prompt_lookup_num_tokens
         self.limit, self.max_new, self.use_cache, self.prefix_cache = limit, max_new_tokens, use_cache, prefix_cache
         self.rng = np.random.default_rng(seed)
         self.result = Generation([], "", "length", prompt_ids=list(self.prompt))
@@ -255,10 +264,18 @@ class Generator:
         self.caches = caches  # kept: a chat continues the next turn from them
         self.result.cached_tokens = self.reused
         fed = len(self.prompt) - self.reused
-        tokens = generate_step(
-            self.model, self.prompt[self.reused :], caches, self.sample, offset=self.reused, after_pass=self.kv_bits
-        )
-        for i, (token, lp) in enumerate(tokens):
+        spec = None
+        tokens: Iterator[tuple[int, float, bool]]
+        if self.lookup and caches is not None:
+            spec = speculative.Speculation(self.model, self.prompt[self.reused :], caches, self.sample,
+                                           lambda: self.seq, self.lookup, self.reused)  # fmt: skip
+            tokens = spec.tokens()
+        else:
+            plain = generate_step(
+                self.model, self.prompt[self.reused :], caches, self.sample, offset=self.reused, after_pass=self.kv_bits
+            )
+            tokens = ((t, lp, False) for t, lp in plain)
+        for i, (token, lp, drafted) in enumerate(tokens):
             if i == 0:  # the prompt is in the caches now
                 self.result.prompt_seconds = time.perf_counter() - t0
                 self._t0 = time.perf_counter()
@@ -267,7 +284,14 @@ class Generator:
                     self.prefix_cache.insert(self.prompt, [c.key_values for c in caches])
             else:
                 self.result.forward_passes += 1
+            if spec is not None:
+                self.result.forward_passes = spec.passes
+                self.result.drafted_tokens, self.result.accepted_tokens = spec.drafted, spec.accepted
             step = self._with_tops(self.take(token, lp))
+            if drafted:
+                step = dataclasses.replace(step, from_draft=True)
+            if self.done and spec is not None:
+                spec.settle()  # the caches hold what a plain run's would (a chat continues from them)
             yield step
             if self.done:
                 return

@@ -46,6 +46,9 @@ class CausalLM(Protocol):
 
 class Model:
     backend = "base"
+    # True where a row's logits are the same bits whatever else is in the call - other sequences, more tokens of
+    # its own (a prefill chunk, k drafted tokens being verified): what lossless speculative decoding relies on
+    batch_invariant = False
 
     def __init__(self, config: Qwen3Config, path: str = "<memory>"):
         self.config = config

@@ -55,6 +55,7 @@ class NumpyModel(Model):
         if kv_dtype not in ("float32", "bfloat16"):
             raise ModelError(f"kv_dtype must be float32 or bfloat16, not {kv_dtype!r}")
         self.kv_dtype, self.context = kv_dtype, context
+        self.batch_invariant = bool(getattr(block, "all_steps", False))  # every step on the invariant kernels
         c = config
         self.embed: Linear = weights["model.embed_tokens.weight"]
         self.lm_head: Linear = self.embed if c.tie_word_embeddings else weights["lm_head.weight"]

@@ -1,0 +1,111 @@
+"""Lossless speculative decoding with prompt lookup: draft k tokens from the context, verify them in one pass.
+
+Why: a decode step reads every weight to produce one token; scoring the pending token and k guesses after it in
+one pass reads them once for up to k + 1 tokens. Where the model is batch invariant (``model.batch_invariant``:
+a row's logits do not depend on how many tokens share its call) the pass's logits at each position are the bits a
+one-token decode step would have produced there, so choosing from them in order - the same sampler, the same
+generator, one draw per emitted token - emits exactly the plain run's tokens, greedy or seeded. A model that is not
+batch invariant is refused (verifying would move its bits: the bug mlx-lm's and vLLM's users report).
+
+Drafts (``lookup``): the tokens that followed the latest earlier occurrence of the context's last n tokens,
+n = 3, then 2, then 1 (the longest n-gram that occurred); none when nothing matches (a plain one-token step).
+
+    pass   = [pending, d1 … dk]  at the cache's end           logits L [k + 1, V]
+    choose t_i from L[i] for i = 0, 1, …: emit it; if i < k and t_i == d_{i+1} go on, else stop
+    cache  = trimmed back to the emitted tokens (the first one that was not a draft stays pending, unfed)
+
+Every stop rule is the caller's, applied to each emitted token as in plain decoding (``Generator.take``); the
+caller calls ``settle()`` when it stops, so the caches end holding exactly what a plain run's would.
+"""
+
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import numpy as np
+
+from fs_kvcache import to_numpy
+from fs_model import CausalLM
+
+from .errors import GenerateError
+from .sampling import logprob
+from .step import prefill, tokens_for
+
+NGRAMS = (3, 2, 1)  # n-gram sizes tried, longest first
+MAX_DRAFT = 16  # a pass of 17 rows: past that a rejected guess costs more than a decode step saves
+
+
+def check(model: CausalLM, k: int) -> None:
+    """Refuse what speculation cannot keep lossless or a nonsensical k, by name."""
+    if type(k) is not int or not 0 <= k <= MAX_DRAFT:
+        raise GenerateError(f"prompt_lookup_num_tokens must be an int in [0, {MAX_DRAFT}], got {k!r}")
+    if k and not getattr(model, "batch_invariant", False):
+        raise GenerateError(
+            "prompt_lookup_num_tokens needs a batch-invariant model (bf16 / int8 / int4 weights on the CPU kernels, "
+            "the default for kept weights): on this one verifying drafts in one pass would change the output"
+        )
+
+
+def lookup(seq: Sequence[int], k: int) -> list[int]:
+    """Up to ``k`` tokens that followed the latest earlier occurrence of ``seq``'s last n tokens (NGRAMS)."""
+    arr = np.asarray(seq, dtype=np.int64)
+    for n in NGRAMS:
+        if len(arr) <= n:
+            continue
+        tail = arr[-n:]
+        windows = np.lib.stride_tricks.sliding_window_view(arr[:-1], n)  # every n-gram that has a successor
+        hits = np.flatnonzero((windows == tail).all(axis=1))
+        if hits.size:
+            start = int(hits[-1]) + n
+            return arr[start : start + k].tolist()
+    return []
+
+
+class Speculation:
+    """``tokens()`` yields ``(token, logprob, from_draft)`` after ``prompt_ids`` are prefilled at ``offset``; the
+    caller applies its rules between tokens (drafts are made from ``context()``, read after each emitted token)."""
+
+    def __init__(
+        self,
+        model: CausalLM,
+        prompt_ids: Sequence[int],
+        caches: Sequence[Any],
+        sample: Callable[[np.ndarray], int],
+        context: Callable[[], Sequence[int]],
+        k: int,
+        offset: int = 0,
+    ):
+        self.model, self.prompt, self.caches, self.sample = model, list(prompt_ids), caches, sample
+        self.context = context
+        self.k, self.offset = k, offset
+        self.excess = 0  # cache positions past the emitted tokens (drafts fed but not emitted yet)
+        self.passes = self.drafted = self.accepted = 0
+
+    def tokens(self) -> Iterator[tuple[int, float, bool]]:
+        logits, self.passes = prefill(self.model, self.prompt, self.caches, self.offset)
+        at = self.offset + len(self.prompt)
+        token = self.sample(logits)
+        yield token, logprob(logits, token), False
+        while True:
+            drafts = lookup(self.context(), self.k)
+            feed = [token, *drafts]
+            out = self.model(tokens_for(self.model, [feed]), at, self.caches, logits_to_keep=len(feed))
+            L = np.asarray(to_numpy(out[0]), dtype=np.float32)  # [len(feed), V]
+            at += len(feed)
+            self.passes, self.drafted = self.passes + 1, self.drafted + len(drafts)
+            for i in range(len(feed)):
+                self.excess = len(feed) - 1 - i  # fed beyond the token chosen now (its own position is unfed)
+                token = self.sample(L[i])
+                hit = i < len(drafts) and token == drafts[i]
+                self.accepted += hit
+                yield token, logprob(L[i], token), hit
+                if not hit:
+                    break
+            at -= self.excess
+            self.settle()
+
+    def settle(self) -> None:
+        """Trim the drafts fed past the last emitted token (a stop inside an accepted run, or a rejection)."""
+        if self.excess:
+            for c in self.caches:
+                c.trim(self.excess)
+            self.excess = 0
