@@ -9,7 +9,7 @@ from fs_generate import GenerateError, generate, load
 from fs_generate.generate import Generator
 from fs_generate.speculative import lookup
 
-FORMATS = {"bf16": {"dtype": "bfloat16"}, "int8": {"quantize": "int8"}, "int4": {"quantize": "int4"}}
+FORMATS = {"bf16": {"dtype": "bfloat16"}, "int4": {"quantize": "int4"}}
 
 
 def test_lookup_copies_what_followed_the_latest_longest_match():
@@ -48,7 +48,7 @@ def drafter(prompt, want, wrong_every=0):
 
 
 @pytest.mark.kernels
-@pytest.mark.parametrize("fmt", list(FORMATS))
+@pytest.mark.parametrize("fmt", ["bf16", "int4"])  # int8: the same invariant glue (test_batch_invariance.py)
 def test_outputs_equal_plain_decoding_bit_for_bit(models, fmt, monkeypatch):
     from fs_generate import speculative
 
@@ -56,7 +56,7 @@ def test_outputs_equal_plain_decoding_bit_for_bit(models, fmt, monkeypatch):
     p = prompts(tok)[0]
     for kw in (dict(), dict(temperature=0.8, top_p=0.9, seed=5, repetition_penalty=1.2)):
         want = generate(model, tok, p, max_new_tokens=20, eos_token_ids=[], **kw)
-        for wrong_every, k in ((0, 8), (0, 3), (3, 4), (None, 1), (None, 5)):  # None: prompt lookup itself
+        for wrong_every, k in ((0, 8), (3, 4), (None, 1), (None, 5)):  # None: prompt lookup itself
             with monkeypatch.context() as m:
                 if wrong_every is not None:
                     m.setattr(speculative, "lookup", drafter(p, want.token_ids, wrong_every))
