@@ -30,12 +30,12 @@ KNOWN_EXIT, BUG_EXIT, INTERRUPT_EXIT = 2, 1, 130
 
 def run_main(prog: str, body: Callable[[], int], known: tuple[type[BaseException], ...]) -> int:
     """Run ``body`` (the parsed command) and turn every way it can end into the table above."""
-    interrupts.restore()
     for stream in (sys.stdout, sys.stderr):
         reconfigure = getattr(stream, "reconfigure", None)
         if reconfigure is not None:
             reconfigure(errors="backslashreplace")
-    try:
+    try:  # Python's handler back only inside the try: a Ctrl-C between the two would escape as a bare SIGINT death
+        interrupts.restore()
         return body()
     except KeyboardInterrupt:
         return INTERRUPT_EXIT
