@@ -98,7 +98,8 @@ ONE_ISA_IS_ENOUGH = [
     "packages/fs-generate/tests/test_moe_contracts.py",
     "packages/fs-generate/tests/test_gguf_kquants.py",
     "packages/fs-generate/tests/test_engine.py",
-    "packages/fs-generate/tests/test_speculative.py",  # lossless iff the kernels are invariant: proven per ISA above
+    "packages/fs-generate/tests/test_speculative.py",
+    "packages/fs-generate/tests/test_draft_model.py",  # lossless iff the kernels are invariant: proven per ISA above
 ]
 
 
@@ -168,6 +169,7 @@ BENCHES = {
     "weights_io": ["benchmarks/weights_io.py"],
     "gguf_load": ["benchmarks/gguf_load.py"],
     "moe_experts": ["benchmarks/moe_experts.py"],
+    "speculative": ["benchmarks/speculative.py"],
     "gguf_vs_llama": ["benchmarks/gguf_vs_llama.py"],
     "kquant_speed": ["benchmarks/kquant_speed.py"],
     "moe_speed": ["benchmarks/moe_speed.py"],

@@ -96,6 +96,24 @@ def test_stops_inside_an_accepted_run_and_the_caches_end_as_plain(models, monkey
         assert np.array_equal(np.asarray(K), np.asarray(W))  # and what is there is the plain run's
 
 
+@pytest.mark.kernels
+def test_a_constraint_and_top_logprobs_hold_inside_accepted_runs(models, monkeypatch):
+    from fs_generate import speculative
+
+    model, tok = models["bf16"]
+    p = prompts(tok)[1]
+    kw = dict(max_new_tokens=16, eos_token_ids=[], regex="[a-z ]{1,40}[.]", top_logprobs=3)
+
+    def seen(steps):
+        return [(s.token_id, s.text, s.logprob, s.top_logprobs, s.finish_reason) for s in steps]
+
+    want = list(Generator(model, tok, p, **kw).steps())
+    # every 3rd draft off by one: often a token the regex forbids, which must end the accepted run
+    monkeypatch.setattr(speculative, "lookup", drafter(p, [s.token_id for s in want], wrong_every=3))
+    got = list(Generator(model, tok, p, prompt_lookup_num_tokens=5, **kw).steps())
+    assert seen(got) == seen(want) and sum(s.from_draft for s in got) >= len(want) // 2
+
+
 def test_a_model_that_is_not_batch_invariant_is_refused(tiny_dir):
     model, tok = load(str(tiny_dir), dtype="float32")  # float32 copies on BLAS: a row's bits depend on M
     with pytest.raises(GenerateError, match="batch-invariant"):

@@ -137,3 +137,21 @@ def _vals(vals):
 
 ForkMachine.TestCase.settings = settings(max_examples=150, stateful_step_count=30, deadline=None)
 TestForkMachine = ForkMachine.TestCase
+
+
+def test_speculative_rollback_in_place_keeps_the_buffer_and_its_capacity():
+    """Feed 4, trim 3, again and again (drafts verified and rejected): the fused kernels' buffers are read during
+    the call only, so no trim freezes anything - the same buffer, the same capacity, no copy of the history."""
+    c = DenseKVCache()
+    c.update_and_fetch_buffers(*kv(0, 10))
+    first = c.update_and_fetch_buffers(*kv(10, 1))[0]
+    for i in range(200):
+        K, _, length = c.update_and_fetch_buffers(*kv(1000 + i, 4))
+        assert K is first and length == i + 15
+        c.trim(3)
+    assert c.offset == 211 and c.key_values[0].shape[2] == 211 and first.shape[2] <= 512
+    held = c.key_values[0]  # shown now: a trim below it must move the next write to a fresh buffer
+    c.trim(5)
+    c.update_and_fetch(*kv(7, 1))
+    assert held[0, 0, 206, 0] == 1000 + 195 and c.key_values[0][0, 0, 206, 0] == 7
+    assert c.update_and_fetch_buffers(*kv(8, 1))[0].shape[2] == first.shape[2]  # moved, not doubled

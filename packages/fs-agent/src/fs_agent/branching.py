@@ -8,7 +8,7 @@ from fs_kvcache import DenseKVCache
 
 from .checkpoint import AgentCheckpoint, ModelCheckpoint
 from .evaluation import EvaluationCase, EvaluationReport, evaluate_run
-from .generation import greedy_decode
+from .generation import PROMPT_LOOKUP, greedy_decode
 from .loop import AgentLimits, AgentRun
 from .protocol import AgentError, Message
 from .steering import resume_with_steering
@@ -69,9 +69,16 @@ class KvPrefixGenerator:
     (and every fork) from it: only the suffix after the saved prefix is ever prefilled."""
 
     def __init__(
-        self, model: Any, tokenizer: Any, max_tokens: int, enable_thinking: bool = False, json_schema: Any = None
+        self,
+        model: Any,
+        tokenizer: Any,
+        max_tokens: int,
+        enable_thinking: bool = False,
+        json_schema: Any = None,
+        prompt_lookup: int = PROMPT_LOOKUP,
     ):
-        """``json_schema``: decode every response under it (e.g. ``protocol.action_schema``); None decodes freely."""
+        """``json_schema``: decode every response under it (e.g. ``protocol.action_schema``); None decodes freely.
+        ``prompt_lookup``: drafts per pass (lossless speculative decoding, generation.py; 0 turns it off)."""
         if type(max_tokens) is not int or max_tokens <= 0:
             raise ValueError("max_tokens must be a positive integer")
         if type(enable_thinking) is not bool:
@@ -87,7 +94,7 @@ class KvPrefixGenerator:
             max_tokens,
             enable_thinking,
         )
-        self.layers, self.json_schema = layers, json_schema
+        self.layers, self.json_schema, self.prompt_lookup = layers, json_schema, prompt_lookup
         self.response_index = 0
         self._prefix: _Prefix | None = None
         self._restored = False
@@ -145,7 +152,8 @@ class KvPrefixGenerator:
     def fork(self) -> "KvPrefixGenerator":
         if self._prefix is None:
             raise AgentError("save a prefix checkpoint before forking")
-        child = KvPrefixGenerator(self.model, self.tokenizer, self.max_tokens, self.enable_thinking, self.json_schema)
+        child = KvPrefixGenerator(self.model, self.tokenizer, self.max_tokens, self.enable_thinking, self.json_schema,
+                                  self.prompt_lookup)  # fmt: skip
         child._prefix = self._prefix  # shared by reference: tokens, checkpoint and K/V arrays
         child.response_index, child._reuse = self.response_index, self._reuse
         return child
@@ -158,7 +166,8 @@ class KvPrefixGenerator:
         n = len(prefix.tokens)
         check_extends(ids, prefix.tokens)
         caches = [DenseKVCache(key_values=kv) for kv in prefix.key_values]
-        out = greedy_decode(self.model, self.tokenizer, ids[n:], caches, n, self.max_tokens, self.json_schema)
+        out = greedy_decode(self.model, self.tokenizer, ids[n:], caches, n, self.max_tokens, self.json_schema,
+                            self.prompt_lookup, history=ids[:n])  # fmt: skip
         self.response_index += 1
         self._reuse = PrefixReuse(n, prefix.checkpoint.layer_offsets, n)
         return self.tokenizer.decode(out)

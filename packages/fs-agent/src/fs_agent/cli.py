@@ -18,7 +18,7 @@ from fs_model import ModelError
 from fs_tokenizer import TokenizerError
 from fs_weights import WeightsError
 from fs_weights.atomic import write_atomic
-from fs_weights.command_line import positive_int, run_main
+from fs_weights.command_line import non_negative_int, positive_int, run_main
 from fs_weights.jsonfile import read_json
 
 from . import __version__
@@ -26,7 +26,7 @@ from .branching import KvPrefixGenerator, run_branch, select_branch
 from .checkpoint import load_agent_checkpoint, save_agent_checkpoint
 from .confined import STATE_DIR
 from .evaluation import EvaluationCase, FileExpectation, ReceiptExpectation, ResultExpectation
-from .generation import generate_response
+from .generation import PROMPT_LOOKUP, generate_response
 from .loop import AgentEvent, AgentLimits, run_agent, run_to_checkpoint
 from .protocol import AgentError, ToolAction, action_json, action_schema
 from .receipts import ReceiptStore, repair_log
@@ -159,7 +159,7 @@ def cmd_run(args: argparse.Namespace, stdin: TextIO, out: TextIO) -> int:
     run = run_agent(
         task,
         lambda m: generate_response(
-            model, tok, m, lambda: model.make_cache(), args.max_tokens, args.enable_thinking, schema
+            model, tok, m, lambda: model.make_cache(), args.max_tokens, args.enable_thinking, schema, args.lookup
         ),
         ws,
         limits,
@@ -176,7 +176,7 @@ class _FirstRun:
     def __init__(self, model: Any, tok: Any, args: argparse.Namespace):
         self.model, self.tok, self.args = model, tok, args
         self.schema = _action_schema(args)
-        self.prefix = KvPrefixGenerator(model, tok, args.max_tokens, args.enable_thinking, self.schema)
+        self.prefix = KvPrefixGenerator(model, tok, args.max_tokens, args.enable_thinking, self.schema, args.lookup)
 
     def __call__(self, messages: list[dict[str, str]]) -> str:
         return generate_response(
@@ -187,6 +187,7 @@ class _FirstRun:
             self.args.max_tokens,
             self.args.enable_thinking,
             self.schema,
+            self.args.lookup,
         )
 
     def save_checkpoint(self, messages: list[dict[str, str]]) -> Any:
@@ -275,7 +276,7 @@ def cmd_fork(args: argparse.Namespace, stdin: TextIO, out: TextIO) -> int:
         check_branch_name(name)
     args.model = args.model or meta["model"]
     model, tok = _load(args)
-    base = KvPrefixGenerator(model, tok, args.max_tokens, args.enable_thinking, _action_schema(args))
+    base = KvPrefixGenerator(model, tok, args.max_tokens, args.enable_thinking, _action_schema(args), args.lookup)
     if (run_dir / "prefix.safetensors").exists() and args.backend == "numpy":
         identity = _prefix_identity(cp.checkpoint_id, model, tok)
         tokens, kv, _ = load_prompt_cache(run_dir / "prefix.safetensors", identity)
@@ -328,7 +329,9 @@ def cmd_eval(args: argparse.Namespace, stdin: TextIO, out: TextIO) -> int:
             ws = Workspace(ToolPolicy(root, allow_writes=True), confirm_tool=lambda a: True)
             run_agent(
                 prompt,
-                lambda m: generate_response(model, tok, m, lambda: model.make_cache(), args.max_tokens, False, schema),
+                lambda m: generate_response(
+                    model, tok, m, lambda: model.make_cache(), args.max_tokens, False, schema, args.lookup
+                ),
                 ws,
                 AgentLimits(max_steps=max_steps),
                 on_event=_print_event(out),
@@ -354,6 +357,14 @@ def parser() -> argparse.ArgumentParser:
         p.add_argument("--max-tokens", type=positive_int, default=256)
         p.add_argument("--max-steps", type=positive_int, default=8)
         p.add_argument("--enable-thinking", action="store_true")
+        p.add_argument(
+            "--prompt-lookup-num-tokens",
+            dest="lookup",
+            type=non_negative_int,
+            default=PROMPT_LOOKUP,
+            help=f"drafts per pass copied from the context (default {PROMPT_LOOKUP}; 0: off). Lossless: the same "
+            "tokens as without; used only on batch-invariant models (bf16 / int8 / int4 on the CPU kernels)",
+        )
         p.add_argument(
             "--no-constrain",
             action="store_true",

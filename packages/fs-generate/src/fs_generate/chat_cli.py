@@ -21,6 +21,7 @@ from .chat_session import ChatSession
 from .cli import KNOWN_ERRORS
 from .errors import GenerateError
 from .model_flags import add_model_flags, load_from_args
+from .speculation_flags import add_speculation_flags, speculation_from_args
 
 HELP = """\
 commands: /reset (forget the conversation), /system TEXT (a new system prompt; resets), /think on|off,
@@ -30,6 +31,7 @@ commands: /reset (forget the conversation), /system TEXT (a new system prompt; r
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="fs-chat", description="Chat with a Qwen3 model.", epilog=HELP)
     add_model_flags(ap)
+    add_speculation_flags(ap)
     ap.add_argument("--system-prompt", "--system", dest="system", help="system message for the conversation")
     ap.add_argument("--enable-thinking", action="store_true", help="let Qwen3 think (toggle with /think)")
     ap.add_argument("--max-tokens", "-m", type=positive_int, default=512, help="tokens per answer (default 512)")
@@ -50,6 +52,7 @@ def main(argv: list[str] | None = None) -> int:
 def _run(args: argparse.Namespace) -> int:
     model, tok = load_from_args(args)
     sampling = dict(max_new_tokens=args.max_tokens, temperature=args.temp, top_p=args.top_p, top_k=args.top_k)
+    sampling.update(speculation_from_args(args, model, tok))
     chat = ChatSession(model, tok, system=args.system, enable_thinking=args.enable_thinking, seed=args.seed,
                        **sampling)  # fmt: skip
     out = sys.stdout
@@ -104,7 +107,8 @@ def _answer(chat: ChatSession, text: str, out: TextIO, verbose: bool) -> None:
     print("\n[stopped]" if stopped else "", file=out)
     if verbose:
         r = chat.last
-        print(f"[{chat.reused} tokens reused, {chat.prefilled} prefilled, {len(r.token_ids)} generated, "
+        drafts = f", {r.accepted_tokens} of {r.drafted_tokens} drafts accepted" if r.drafted_tokens else ""
+        print(f"[{chat.reused} tokens reused, {chat.prefilled} prefilled, {len(r.token_ids)} generated{drafts}, "
               f"{r.generation_tps:.1f} tokens-per-sec]", file=out)  # fmt: skip
 
 

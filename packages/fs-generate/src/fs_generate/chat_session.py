@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from .chat_prompt import next_turn, whole_turn
+from .draft_model import DraftModel
 from .errors import GenerateError
 from .generate import Generation, GenerationStep, Generator
 from .reused_prefix import KVPrefix
@@ -28,6 +29,8 @@ class ChatSession:
             raise GenerateError("a chat needs a tokenizer with a chat template")
         if sampling.get("kv_bits") is not None:  # its K/V are cut and carried between turns as exact arrays
             raise GenerateError("a chat keeps exact K/V across turns; kv_bits is for fs-generate and generate()")
+        if sampling.get("draft_model") is not None and not isinstance(sampling["draft_model"], DraftModel):
+            sampling["draft_model"] = DraftModel(sampling["draft_model"], model)  # one draft cache, every turn
         self.model, self.tokenizer, self.sampling = model, tokenizer, sampling
         self.enable_thinking = enable_thinking
         self.reset(system)
@@ -35,6 +38,8 @@ class ChatSession:
     def reset(self, system: str | None = None) -> None:
         """Forget the conversation (and its K/V); ``system`` starts the next one."""
         self.system = system
+        if isinstance(self.sampling.get("draft_model"), DraftModel):
+            self.sampling["draft_model"].reset()
         self.messages: list[dict[str, str]] = [{"role": "system", "content": system}] if system else []
         self.tokens: list[int] = []  # every id of the conversation so far, as the model saw it
         self.prefix: KVPrefix | None = None  # K/V of tokens[:len(prefix.tokens)]
@@ -64,6 +69,7 @@ class ChatSession:
         self.messages.append({"role": "assistant", "content": r.text})
         caches = g.caches or []
         n = min((c.offset for c in caches), default=0)  # an interrupt may leave a layer one position ahead
+        n = min(n, len(self.tokens))  # or, speculating, drafts fed past the last token it emitted
         if n and all(c.key_values is not None for c in caches):
             self.prefix = KVPrefix(self.tokens[:n], [(k[:, :, :n], v[:, :, :n]) for k, v in _kv(caches)])
         elif self.prefix is not None:  # interrupted before any K/V of this turn: the old prefix still holds

@@ -27,6 +27,7 @@ from .generate import ROTATING_KEEP, Generator
 from .kv_bits import DEFAULT_QUANTIZED_KV_START, KV_GROUP_SIZES
 from .model_flags import add_model_flags, load_from_args
 from .reused_prefix import load_prompt
+from .speculation_flags import SPECULATION_HELP, add_speculation_flags, speculation_from_args
 
 EPILOG = """\
 prompt handling (mlx-lm's): when the tokenizer has a chat template, the --prompt becomes a user message (after an
@@ -45,13 +46,9 @@ stopping: an EOS id of the model (generation_config.json + config.json), --max-t
 --kv-bits 2|4|8 (mlx-lm's): once the cache holds --quantized-kv-start positions (default 5000) it is kept as affine
   codes, groups of --kv-group-size dims (default 64), and attention reads them: ~1/3 (4-bit) or ~1/2 (8-bit) of a bf16
   cache's bytes. Lossy: outputs drift from the exact cache's. Not with --max-kv-size.
---prompt-lookup-num-tokens K (Hugging Face's): speculative decoding that drafts up to K tokens (1-16) from the
-  context - what followed the last 3, 2 or 1 tokens where they occurred before - and verifies them in one pass. The
-  output is the same bits as without it (the kernels are batch invariant: bf16 / int8 / int4 weights; other models
-  are refused); it pays when the text repeats its context (edits, quotes, code). Not with --kv-bits/--max-kv-size.
-exit codes: 0 done, 2 bad input (unknown model, bad flag values, empty prompt, template errors).
+{speculation}exit codes: 0 done, 2 bad input (unknown model, bad flag values, empty prompt, template errors).
 The last line on stderr is: prompt tokens and tok/s, generated tokens and tok/s, peak memory.
-"""
+""".replace("{speculation}", SPECULATION_HELP)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -62,6 +59,7 @@ def parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_model_flags(ap)
+    add_speculation_flags(ap)
     ap.add_argument("--prompt", "-p", default="hello", help="prompt text ('-' reads standard input; default 'hello')")
     ap.add_argument(
         "--max-tokens", "-m", type=non_negative_int, default=256, help="generated-token budget (default 256)"
@@ -90,9 +88,6 @@ def parser() -> argparse.ArgumentParser:
         "--max-context", type=positive_int, help="stop at N tokens, prompt included (default: max_position_embeddings)"
     )
     ap.add_argument("--kv-bits", type=int, choices=KV_BITS, help="mlx-lm's: keep the KV cache as N-bit codes")
-    ap.add_argument(
-        "--prompt-lookup-num-tokens", type=int, default=0, help="draft up to K tokens from the context (0: off)"
-    )
     ap.add_argument(
         "--kv-group-size", type=int, choices=KV_GROUP_SIZES, default=64, help="dims per KV scale (default 64)"
     )
@@ -201,6 +196,7 @@ def _run(args: argparse.Namespace) -> int:
         raise GenerateError(f"--chat: {args.model or 'the demo model'} has no chat template")
     if not templated and (args.system is not None or args.enable_thinking):
         raise GenerateError("--system-prompt and --enable-thinking need a chat template, and this tokenizer has none")
+    speculation = speculation_from_args(args, model, tok)
     prefix = load_prompt(args.prompt_cache_file, model, tok) if args.prompt_cache_file is not None else None
     prompt: str | list[int] = prompt_text
     if prefix is not None:  # mlx-lm's: the prompt continues the cached one (its open user message)
@@ -226,8 +222,8 @@ def _run(args: argparse.Namespace) -> int:
         kv_bits=args.kv_bits,
         kv_group_size=args.kv_group_size,
         quantized_kv_start=args.quantized_kv_start,
-        prompt_lookup_num_tokens=args.prompt_lookup_num_tokens,
         prefix_cache=prefix,
+        **speculation,
         **constraint,
     )
     if args.verbose:
@@ -274,7 +270,7 @@ def _run(args: argparse.Namespace) -> int:
         f"Generation: {len(r.token_ids)} tokens, {r.generation_tps:.3f} tokens-per-sec (finish: {r.finish_reason})",
         file=err,
     )
-    if args.prompt_lookup_num_tokens:
+    if speculation:
         rate = r.accepted_tokens / r.drafted_tokens if r.drafted_tokens else 0.0
         print(f"Speculation: {r.accepted_tokens} of {r.drafted_tokens} drafted tokens accepted ({rate:.0%}), "
               f"{r.forward_passes} forward passes", file=err)  # fmt: skip

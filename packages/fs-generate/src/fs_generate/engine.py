@@ -14,8 +14,14 @@ sampler, and on the batch-invariant kernels (the default for kept-weight models)
 whatever else is in the step, however its prompt was chunked, whether its prefix came from the cache, and after a
 preemption's recompute. float32 weights run on BLAS, whose sums depend on the batch: there logits agree to float32
 rounding, not bit for bit (docs/engine.md).
+
+Speculative decoding inside the batch (engine_drafts.py): before scheduling, each decoding request that speculates
+proposes up to k drafts; its run in the step is ``[pending, d1 … dj]`` with logits for all j + 1 positions,
+verified in order by its own rules as ``generate`` verifies them, and its table is trimmed back to the emitted
+tokens before any block is published to the prefix cache.
 """
 
+import dataclasses
 import logging
 import threading
 import time
@@ -28,6 +34,7 @@ import numpy as np
 from fs_kvcache import BlockPool, BlockPrefixCache, PagedBatch, identity_string
 
 from .embedding import embed as embed_rows
+from .engine_drafts import EngineDrafts
 from .errors import ConstraintError, GenerateError
 from .generate import Generator
 from .kv_budget import default_kv_budget, physical_memory
@@ -51,6 +58,9 @@ class Engine:
         kv_budget_bytes: int | None = None,
         block_size: int = 16,
         prefix_cache: bool = True,
+        draft_model: Any = None,
+        num_draft_tokens: int = 3,
+        prompt_lookup_num_tokens: int = 0,
     ):
         for name, v in (("max_batch", max_batch), ("max_step_tokens", max_step_tokens), ("block_size", block_size)):
             if type(v) is not int or v < 1:
@@ -63,6 +73,7 @@ class Engine:
                 "the engine runs on the numpy backend (load_model(..., backend='numpy'))"
             )
         self.model, self.tokenizer = model, tokenizer
+        self.drafts = EngineDrafts(model, draft_model, num_draft_tokens, prompt_lookup_num_tokens)
         block_bytes = model.kv_block_bytes(block_size)
         self.kv_budget_note = f"kv_budget_bytes={kv_budget_bytes}"
         if kv_budget_bytes is None:
@@ -104,7 +115,8 @@ class Engine:
         self._thread: threading.Thread | None = None
         self._stopping = False
         self._ids = 0
-        self.counters = dict(forward_passes=0, prefill_tokens=0, decode_tokens=0, finished=0, cancelled=0, failed=0)
+        self.counters = dict(forward_passes=0, prefill_tokens=0, decode_tokens=0, finished=0, cancelled=0, failed=0,
+                             drafted_tokens=0, accepted_tokens=0)  # fmt: skip
 
     # --- requests -------------------------------------------------------------------------------------------
 
@@ -129,9 +141,13 @@ class Engine:
         regex: str | None = None,
         grammar: str | None = None,
         top_logprobs: int = 0,
+        prompt_lookup_num_tokens: int | None = None,
     ) -> RequestHandle:
         """Queue a request (checked here: a bad argument raises ``GenerateError`` in the caller's thread).
-        ``logprobs``: accepted for the server's sake; every ``Generation`` carries its tokens' log-probabilities."""
+        ``logprobs``: accepted for the server's sake; every ``Generation`` carries its tokens' log-probabilities.
+        ``prompt_lookup_num_tokens``: None is the engine's; a request's own k > 0 drafts from its context (in place
+        of the engine's draft model, if it has one), 0 turns prompt lookup off for it."""
+        lookup = self.drafts.lookup(prompt_lookup_num_tokens)
         spec = dict(
             max_new_tokens=max_new_tokens,
             temperature=temperature,
@@ -149,8 +165,9 @@ class Engine:
             regex=regex,
             grammar=grammar,
             top_logprobs=top_logprobs,
+            prompt_lookup_num_tokens=lookup,
         )
-        gen = Generator(self.model, self.tokenizer, prompt, **spec)
+        gen = Generator(self.model, self.tokenizer, prompt, **spec, **self.drafts.keywords(lookup))
         spec["logit_bias"] = gen.penalties.pairs()  # checked, and JSON-safe for a lockstep peer
         with self._lock:
             self._ids += 1
@@ -227,6 +244,7 @@ class Engine:
             if r.state != FINISHED:
                 r.gen.result.finish_reason = "cancelled"
                 self._finish(r, cancelled=True)
+        self.drafts.propose(self.scheduler.running, lambda r, why: self._finish(r, error=why))
         plan, refused = self.scheduler.schedule()
         for r, why in refused:
             self._finish(r, error=why)
@@ -236,9 +254,14 @@ class Engine:
         return True
 
     def _run(self, plan: list[tuple[Request, int]]) -> None:
-        runs = [(r.table, r.gen.seq[r.table.length : r.table.length + n]) for r, n in plan]
+        runs, keep = [], []
+        for r, n in plan:
+            d = max(0, n - r.remaining)  # drafts fed after its pending token
+            start = r.table.length
+            runs.append((r.table, [*r.gen.seq[start : start + n - d], *r.drafts[:d]]))
+            keep.append(1 + d)
         try:
-            logits = self.model.forward_paged(PagedBatch.pack(runs), self.store)
+            logits = self.model.forward_paged(PagedBatch.pack(runs, keep), self.store)
         except Exception as e:  # a failing pass fails its requests, never the engine
             log.exception("engine step failed")
             for r, _ in plan:
@@ -246,30 +269,54 @@ class Engine:
             return
         self.counters["forward_passes"] += 1
         now = time.perf_counter()
-        for i, (r, n) in enumerate(plan):
+        row = 0
+        for (r, n), k in zip(plan, keep, strict=True):
+            rows, row = logits[row : row + k], row + k
             start = r.table.length
             prompt_fed = max(0, min(start + n, len(r.gen.prompt)) - start)
             self.counters["prefill_tokens"] += prompt_fed
             self.counters["decode_tokens"] += n - prompt_fed
             r.table.advance(n)
             r.forward_passes += 1
-            self._publish(r)
-            if r.remaining:  # more of its prompt (or recompute) to feed first
-                continue
+            if k == 1:
+                self._publish(r)
+                if r.remaining:  # more of its prompt (or recompute) to feed first
+                    continue
             if not r.gen.result.token_ids and r.gen._t0 == 0.0:  # its first token: the prompt is in the blocks
                 r.gen.result.prompt_seconds = now - r.submitted
                 r.gen._t0 = now
+            self._choose(r, rows, r.drafts[: k - 1])
+
+    def _choose(self, r: Request, rows: np.ndarray, drafts: list[int]) -> None:
+        """The next token from each row in turn by ``r``'s own rules, on while it confirms the draft fed after it;
+        then its table is trimmed back to the emitted tokens (the last one pending) and published."""
+        res = r.gen.result
+        res.drafted_tokens += len(drafts)
+        self.counters["drafted_tokens"] += len(drafts)
+        for i, z in enumerate(rows):
             try:
-                step = r.gen.accept(logits[i])
+                step = r.gen.accept(z)
             except ConstraintError as e:  # the request's own constraint gave out mid-way: its fault, its error
                 self._finish(r, error=e)
-                continue
+                return
             except Exception as e:  # one request's rules failing (a decoder) fail only it
                 self._finish(r, error=f"{type(e).__name__}: {e}")
-                continue
+                return
+            hit = i < len(drafts) and step.token_id == drafts[i]
+            if hit:
+                step = dataclasses.replace(step, from_draft=True)
+                res.accepted_tokens += 1
+                self.counters["accepted_tokens"] += 1
             r.handle._push(step)
             if r.gen.done:
                 self._finish(r)
+                return
+            if not hit:
+                break
+        if drafts:
+            r.table.trim(r.table.length - (len(r.gen.seq) - 1))
+            self._publish(r)
+        r.drafts = []
 
     def _publish(self, r: Request) -> None:
         """Each block that just filled becomes findable at once (prompt or answer, vLLM's automatic prefix caching):
@@ -282,6 +329,7 @@ class Engine:
 
     def _finish(self, r: Request, *, cancelled: bool = False, error: str | GenerateError | None = None) -> None:
         self.scheduler.remove(r)
+        self.drafts.release(r)
         r.state = FINISHED
         res = r.gen.result
         res.cached_tokens, res.forward_passes = r.gen.reused, r.forward_passes

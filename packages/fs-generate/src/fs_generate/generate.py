@@ -19,6 +19,7 @@ from fs_model import CausalLM
 
 from . import speculative
 from .constraints import make_constraint
+from .draft_model import DraftModel
 from .errors import GenerateError
 from .kv_bits import KVBits
 from .penalties import Penalties
@@ -121,6 +122,8 @@ class Generator:
         kv_group_size: int = 64,
         quantized_kv_start: int = 0,
         prompt_lookup_num_tokens: int = 0,
+        draft_model: Any = None,
+        num_draft_tokens: int = 3,
     ):
         if type(max_new_tokens) is not int or max_new_tokens < 0:
             raise GenerateError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
@@ -162,10 +165,10 @@ class Generator:
                     "kv_bits (a quantized cache) needs use_cache=True, no max_kv_size and no prefix cache"
                     " (a prompt-cache file is fine)"
                 )
-        speculative.check(model, prompt_lookup_num_tokens)  # drafts of k tokens from the context (speculative.py)
-        if prompt_lookup_num_tokens and (not use_cache or max_kv_size is not None or kv_bits is not None):
-            raise GenerateError("prompt_lookup_num_tokens needs use_cache=True, no max_kv_size and no kv_bits")
-        self.lookup = prompt_lookup_num_tokens
+        # speculative decoding (speculative.py): k drafts from the context or from a draft model, verified in one pass
+        self.drafter, self.num_draft = self._drafter(prompt_lookup_num_tokens, draft_model, num_draft_tokens)
+        if self.drafter is not None and (not use_cache or max_kv_size is not None or kv_bits is not None):
+            raise GenerateError("speculative decoding needs use_cache=True, no max_kv_size and no kv_bits")
         self.limit, self.max_new, self.use_cache, self.prefix_cache = limit, max_new_tokens, use_cache, prefix_cache
         self.rng = np.random.default_rng(seed)
         self.result = Generation([], "", "length", prompt_ids=list(self.prompt))
@@ -175,6 +178,19 @@ class Generator:
         self.reused = 0  # prompt tokens whose prefill a prefix cache saved
         self.caches: list[Any] | None = None  # the per-layer caches while and after ``steps()`` runs
         self._t0 = 0.0
+
+    def _drafter(self, lookup: int, draft_model: Any, k: int) -> tuple[speculative.Drafter | None, int]:
+        speculative.check(self.model, lookup)
+        if draft_model is None:
+            return (speculative.prompt_lookup, lookup) if lookup else (None, 0)
+        if lookup:
+            raise GenerateError("draft_model and prompt_lookup_num_tokens are two draft sources: choose one")
+        speculative.check(self.model, k, "num_draft_tokens", low=1)
+        return (draft_model if isinstance(draft_model, DraftModel) else DraftModel(draft_model, self.model)), k
+
+    def room(self) -> int:
+        """Tokens this request may still emit after the next one (drafts past that could never be used)."""
+        return max(0, min(self.max_new - len(self.result.token_ids), self.limit - len(self.seq)) - 1)
 
     # --- the rules, one token at a time ---------------------------------------------------------------------
 
@@ -266,35 +282,41 @@ class Generator:
         fed = len(self.prompt) - self.reused
         spec = None
         tokens: Iterator[tuple[int, float, bool]]
-        if self.lookup and caches is not None:
-            spec = speculative.Speculation(self.model, self.prompt[self.reused :], caches, self.sample,
-                                           lambda: self.seq, self.lookup, self.reused)  # fmt: skip
+        if self.drafter is not None and caches is not None:
+            spec = speculative.Speculation(
+                self.model, self.prompt[self.reused :], caches, self.sample, lambda: self.seq, self.num_draft,
+                self.reused, self.drafter, self.room,
+            )  # fmt: skip
             tokens = spec.tokens()
         else:
             plain = generate_step(
                 self.model, self.prompt[self.reused :], caches, self.sample, offset=self.reused, after_pass=self.kv_bits
             )
             tokens = ((t, lp, False) for t, lp in plain)
-        for i, (token, lp, drafted) in enumerate(tokens):
-            if i == 0:  # the prompt is in the caches now
-                self.result.prompt_seconds = time.perf_counter() - t0
-                self._t0 = time.perf_counter()
-                self.result.forward_passes = -(-fed // PREFILL_CHUNK) if caches is not None else 1
-                if self.prefix_cache is not None and caches is not None:
-                    self.prefix_cache.insert(self.prompt, [c.key_values for c in caches])
-            else:
-                self.result.forward_passes += 1
-            if spec is not None:
-                self.result.forward_passes = spec.passes
-                self.result.drafted_tokens, self.result.accepted_tokens = spec.drafted, spec.accepted
-            step = self._with_tops(self.take(token, lp))
-            if drafted:
-                step = dataclasses.replace(step, from_draft=True)
-            if self.done and spec is not None:
-                spec.settle()  # the caches hold what a plain run's would (a chat continues from them)
-            yield step
-            if self.done:
-                return
+        try:
+            for i, (token, lp, drafted) in enumerate(tokens):
+                if i == 0:  # the prompt is in the caches now
+                    self.result.prompt_seconds = time.perf_counter() - t0
+                    self._t0 = time.perf_counter()
+                    self.result.forward_passes = -(-fed // PREFILL_CHUNK) if caches is not None else 1
+                    if self.prefix_cache is not None and caches is not None:
+                        self.prefix_cache.insert(self.prompt, [c.key_values for c in caches])
+                else:
+                    self.result.forward_passes += 1
+                if spec is not None:
+                    self.result.forward_passes = spec.passes
+                    self.result.drafted_tokens, self.result.accepted_tokens = spec.drafted, spec.accepted
+                step = self._with_tops(self.take(token, lp))
+                if drafted:
+                    step = dataclasses.replace(step, from_draft=True)
+                if self.done and spec is not None:
+                    spec.settle()  # before the last step: a caller that stops reading there finds plain's caches
+                yield step
+                if self.done:
+                    return
+        finally:  # done, or the caller stopped early (a chat's Ctrl-C): no draft stays in the caches past the
+            if spec is not None:  # emitted tokens, which then hold what a plain run's would
+                spec.settle()
 
 
 def stream_generate(

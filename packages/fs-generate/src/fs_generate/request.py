@@ -36,6 +36,7 @@ class Request:
         self.published = 0  # full blocks of its table already offered to the prefix cache
         self.block_keys: list[bytes] = []  # the prefix cache's key of each full block of its tokens (they persist)
         self.submitted = time.perf_counter()
+        self.drafts: list[int] = []  # speculative decoding: guesses after its pending token, for the next step
         self.spec: dict[str, Any] = {}  # the keyword arguments it was submitted with (a lockstep follower rebuilds it)
 
     @property

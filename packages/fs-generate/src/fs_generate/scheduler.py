@@ -5,6 +5,8 @@ Each step spends at most ``max_step_tokens`` tokens (vLLM's chunked prefill, nan
 1. Running sequences, oldest first: a decoding one takes 1 token, a partly prefilled one the next chunk of its
    prompt. A decode token may need a new block; when none is free (nor evictable from the prefix cache), the newest
    running sequence is preempted - its blocks freed, it goes back to the front of the queue to recompute later.
+   A decoding sequence with drafts (speculative decoding) adds as many of them as the budget and the free blocks
+   allow: a guess never preempts anyone, nor evicts the prefix cache.
 2. Waiting requests, first come first served, while ``max_batch`` and the budget allow: the prefix cache lends the
    longest cached run of the prompt's full blocks, and the request is admitted when blocks for the rest of its
    prompt (not its whole ``max_new_tokens``) are free or evictable; its first chunk runs in this same step.
@@ -42,6 +44,7 @@ class Scheduler:
             n = min(r.remaining, budget)
             if not self._reserve(r, n, plan):
                 continue
+            n += self._drafts(r, budget - n)
             plan.append((r, n))
             budget -= n
         refused: list[tuple[Request, str]] = []
@@ -70,6 +73,18 @@ class Scheduler:
                 return False
         r.table.reserve(n, self.copy)
         return True
+
+    def _drafts(self, r: Request, budget: int) -> int:
+        """How many of a decoding ``r``'s drafts join its token (cut to ``budget`` and the free blocks; reserved)."""
+        if r.remaining != 1:
+            r.drafts = []
+        d = min(len(r.drafts), budget)
+        while d and r.table.needed(1 + d) > self.pool.free_blocks:
+            d -= 1
+        del r.drafts[d:]
+        if d:
+            r.table.reserve(1 + d, self.copy)
+        return d
 
     def _admit(self, r: Request) -> tuple[bool, str]:
         """Start ``r`` if blocks for the rest of its prompt are available -> (admitted, why it never can be)."""

@@ -1,4 +1,4 @@
-"""Lossless speculative decoding with prompt lookup: draft k tokens from the context, verify them in one pass.
+"""Lossless speculative decoding: draft k tokens (from the context, or a draft model), verify them in one pass.
 
 Why: a decode step reads every weight to produce one token; scoring the pending token and k guesses after it in
 one pass reads them once for up to k + 1 tokens. Where the model is batch invariant (``model.batch_invariant``:
@@ -7,8 +7,10 @@ one-token decode step would have produced there, so choosing from them in order 
 generator, one draw per emitted token - emits exactly the plain run's tokens, greedy or seeded. A model that is not
 batch invariant is refused (verifying would move its bits: the bug mlx-lm's and vLLM's users report).
 
-Drafts (``lookup``): the tokens that followed the latest earlier occurrence of the context's last n tokens,
-n = 3, then 2, then 1 (the longest n-gram that occurred); none when nothing matches (a plain one-token step).
+Drafts come from a ``Drafter``: ``prompt_lookup`` (here: the tokens that followed the latest earlier occurrence of
+the context's last n tokens, n = 3, then 2, then 1; none when nothing matches, a plain one-token step) or a
+``DraftModel`` (draft_model.py: a smaller model's greedy continuation). What a drafter proposes never changes the
+output, only how many tokens one pass confirms.
 
     pass   = [pending, d1 … dk]  at the cache's end           logits L [k + 1, V]
     choose t_i from L[i] for i = 0, 1, …: emit it; if i < k and t_i == d_{i+1} go on, else stop
@@ -19,7 +21,7 @@ caller calls ``settle()`` when it stops, so the caches end holding exactly what 
 """
 
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -34,13 +36,19 @@ NGRAMS = (3, 2, 1)  # n-gram sizes tried, longest first
 MAX_DRAFT = 16  # a pass of 17 rows: past that a rejected guess costs more than a decode step saves
 
 
-def check(model: CausalLM, k: int) -> None:
+class Drafter(Protocol):
+    def __call__(self, seq: Sequence[int], k: int) -> list[int]:
+        """Up to ``k`` guesses at the tokens after ``seq`` (the context, ending with the pending token)."""
+        ...
+
+
+def check(model: CausalLM, k: int, name: str = "prompt_lookup_num_tokens", low: int = 0) -> None:
     """Refuse what speculation cannot keep lossless or a nonsensical k, by name."""
-    if type(k) is not int or not 0 <= k <= MAX_DRAFT:
-        raise GenerateError(f"prompt_lookup_num_tokens must be an int in [0, {MAX_DRAFT}], got {k!r}")
+    if type(k) is not int or not low <= k <= MAX_DRAFT:
+        raise GenerateError(f"{name} must be an int in [{low}, {MAX_DRAFT}], got {k!r}")
     if k and not getattr(model, "batch_invariant", False):
         raise GenerateError(
-            "prompt_lookup_num_tokens needs a batch-invariant model (bf16 / int8 / int4 weights on the CPU kernels, "
+            f"{name} needs a batch-invariant model (bf16 / int8 / int4 weights on the CPU kernels, "
             "the default for kept weights): on this one verifying drafts in one pass would change the output"
         )
 
@@ -60,9 +68,15 @@ def lookup(seq: Sequence[int], k: int) -> list[int]:
     return []
 
 
+def prompt_lookup(seq: Sequence[int], k: int) -> list[int]:
+    """The prompt-lookup ``Drafter`` (``lookup`` looked up at each call, so a test can put an oracle in its place)."""
+    return lookup(seq, k)
+
+
 class Speculation:
     """``tokens()`` yields ``(token, logprob, from_draft)`` after ``prompt_ids`` are prefilled at ``offset``; the
-    caller applies its rules between tokens (drafts are made from ``context()``, read after each emitted token)."""
+    caller applies its rules between tokens. Drafts are made from ``context()``, read after each emitted token, at
+    most ``min(k, room())`` of them (``room``: tokens the request may still emit after the next one)."""
 
     def __init__(
         self,
@@ -73,10 +87,13 @@ class Speculation:
         context: Callable[[], Sequence[int]],
         k: int,
         offset: int = 0,
+        draft: Drafter = prompt_lookup,
+        room: Callable[[], int] = lambda: MAX_DRAFT,
     ):
         self.model, self.prompt, self.caches, self.sample = model, list(prompt_ids), caches, sample
-        self.context = context
+        self.context, self.draft, self.room = context, draft, room
         self.k, self.offset = k, offset
+        self.budget = k  # drafts asked for in the next pass (1..k: shrinks while guesses fail)
         self.excess = 0  # cache positions past the emitted tokens (drafts fed but not emitted yet)
         self.passes = self.drafted = self.accepted = 0
 
@@ -86,7 +103,8 @@ class Speculation:
         token = self.sample(logits)
         yield token, logprob(logits, token), False
         while True:
-            drafts = lookup(self.context(), self.k)
+            k = min(self.budget, self.room())
+            drafts = self.draft(self.context(), k) if k > 0 else []
             feed = [token, *drafts]
             out = self.model(tokens_for(self.model, [feed]), at, self.caches, logits_to_keep=len(feed))
             L = np.asarray(to_numpy(out[0]), dtype=np.float32)  # [len(feed), V]
@@ -101,6 +119,9 @@ class Speculation:
                 if not hit:
                     break
             at -= self.excess
+            if drafts:  # Hugging Face's schedule: 2 more after a pass that confirmed every draft, 1 fewer otherwise
+                confirmed = len(feed) - 1 - self.excess == len(drafts)
+                self.budget = min(self.k, self.budget + 2) if confirmed else max(1, self.budget - 1)
             self.settle()
 
     def settle(self) -> None:

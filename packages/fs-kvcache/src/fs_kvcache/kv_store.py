@@ -114,14 +114,19 @@ class PagedBatch:
     starts: np.ndarray
     context: np.ndarray
     tables: np.ndarray
+    keep: np.ndarray  # [n]: how many of each sequence's last new tokens get logits (1, or 1 + drafts to verify)
 
     @classmethod
-    def pack(cls, runs: Sequence[tuple[BlockTable, Sequence[int]]]) -> "PagedBatch":
+    def pack(cls, runs: Sequence[tuple[BlockTable, Sequence[int]]], keep: Sequence[int] | None = None) -> "PagedBatch":
         """One entry per sequence: its table (reserved for the new tokens, ``length`` = positions already held)
-        and its new tokens. Nothing is advanced; the caller does that after the forward pass."""
+        and its new tokens; ``keep[i]``: logits for sequence i's last ``keep[i]`` new tokens (default 1 each).
+        Nothing is advanced; the caller does that after the forward pass."""
         if not runs or any(len(t) == 0 for _, t in runs):
             raise KVCacheError("a paged batch needs at least one sequence and one new token per sequence")
         lens = [len(t) for _, t in runs]
+        kept = np.ones(len(runs), np.int64) if keep is None else np.asarray(keep, np.int64)
+        if kept.shape != (len(runs),) or (kept < 1).any() or (kept > np.asarray(lens)).any():
+            raise KVCacheError(f"keep must give 1..len(tokens) logits per sequence, got {list(kept)} for {lens}")
         starts = np.zeros(len(runs) + 1, np.int64)
         starts[1:] = np.cumsum(lens)
         width = max(len(tb.blocks) for tb, _ in runs)
@@ -137,12 +142,20 @@ class PagedBatch:
             starts=starts,
             context=np.asarray([tb.length + n for (tb, _), n in zip(runs, lens, strict=True)], np.int64),
             tables=tables,
+            keep=kept,
         )
 
     @property
     def last(self) -> np.ndarray:
-        """Index in ``tokens`` of each sequence's last new token (whose logits the step returns)."""
+        """Index in ``tokens`` of each sequence's last new token."""
         return self.starts[1:] - 1
+
+    @property
+    def logit_rows(self) -> np.ndarray:
+        """Indices in ``tokens`` whose logits the step returns, sequence by sequence: each one's last ``keep``."""
+        if (self.keep == 1).all():
+            return self.last
+        return np.concatenate([np.arange(e - k, e) for e, k in zip(self.starts[1:], self.keep, strict=True)])
 
 
 @dataclass(frozen=True)

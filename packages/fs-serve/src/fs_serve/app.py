@@ -69,6 +69,9 @@ class ServeConfig:
     watchdog_s: float = 30.0  # distributed: exit when no step completes this long (a peer died)
     allowed_origins: list[str] = field(default_factory=list)  # CORS: browser pages on these origins may call
     ui: bool = True  # the chat page at / (--no-ui turns it off, as llama-server's --no-webui)
+    # speculative decoding: the Engine's keywords (draft_model, num_draft_tokens, prompt_lookup_num_tokens), made
+    # from the loaded model and tokenizer in the loading thread (a draft model loads there too)
+    speculation: Callable[[Any, Any], dict[str, Any]] | None = None
 
 
 class State:
@@ -89,7 +92,8 @@ class State:
             self.model, self.tokenizer = loader()
             self.embedding = is_embedding_model(getattr(self.model, "path", ""))
             c = self.config
-            engine = make_engine(self.model, self.tokenizer, c)
+            spec = c.speculation(self.model, self.tokenizer) if c.speculation is not None else {}
+            engine = make_engine(self.model, self.tokenizer, c, **spec)
             if c.group is None:  # ranks in lockstep take only rank 0's steps: no warm-up of their own
                 self.stage = "warming up (a first run on this machine compiles the CPU kernels)"
                 log.info(self.stage)
@@ -111,10 +115,10 @@ class State:
         return self.runner
 
 
-def make_engine(model: Any, tokenizer: Any, c: ServeConfig) -> Engine:
+def make_engine(model: Any, tokenizer: Any, c: ServeConfig, **speculation: Any) -> Engine:
     """The engine the config asks for; under a group, every rank must make it with the same arguments."""
     kw: dict[str, Any] = dict(
-        max_batch=c.max_batch, max_step_tokens=c.max_step_tokens, kv_budget_bytes=c.kv_budget_bytes
+        max_batch=c.max_batch, max_step_tokens=c.max_step_tokens, kv_budget_bytes=c.kv_budget_bytes, **speculation
     )
     if c.group is None:
         return Engine(model, tokenizer, **kw)

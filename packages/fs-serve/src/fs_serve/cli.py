@@ -20,6 +20,7 @@ from typing import Any
 
 from fs_generate import GenerateError, load, resolve_model_path
 from fs_generate.demo import demo_model_path
+from fs_generate.speculation_flags import add_speculation_flags, check_speculation_flags, speculation_from_args
 
 from . import __version__
 from .app import ServeConfig, create_app, make_engine
@@ -71,6 +72,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--watchdog", type=float, default=30.0, help="distributed: seconds without a step before exit")
     ap.add_argument("--shutdown-timeout", type=float, default=30.0, help="seconds in-flight requests get on SIGTERM")
     ap.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    add_speculation_flags(ap)  # every request speculates (lossless); /metrics counts drafted and accepted tokens
     ap.add_argument("--version", action="version", version=f"fs-serve {__version__}")
     return ap
 
@@ -129,6 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         print("fs-serve: error: --max-queue must be >= 0", file=sys.stderr)
         return 2
     try:
+        check_speculation_flags(args)
         path = demo_model_path() if args.model is None else resolve_model_path(args.model)
     except GenerateError as e:
         print(f"fs-serve: error: {e}", file=sys.stderr)
@@ -166,6 +169,7 @@ def main(argv: list[str] | None = None) -> int:
         watchdog_s=args.watchdog,
         allowed_origins=args.allowed_origins,
         ui=not args.no_ui,
+        speculation=lambda model, tok: speculation_from_args(args, model, tok),
     )
     if group is not None and group.rank() != 0:
         return follow(args, path, config)

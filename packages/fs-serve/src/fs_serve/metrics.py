@@ -1,7 +1,8 @@
 """``/metrics``: Prometheus text from prometheus-client, one registry per app (two servers in one process, as the
 tests run them, never share counters).
 
-Gauges are read from ``Engine.stats()`` when scraped (running, waiting, KV blocks), so they are never stale;
+Gauges (running, waiting, KV blocks) and the engine's own counters (drafted / accepted tokens) are read from
+``Engine.stats()`` when scraped, so they are never stale;
 counters and histograms are updated as requests finish (tokens) and as their first and later tokens arrive.
 Names follow vLLM's where one exists (``fs:`` for ``vllm:``), so existing dashboards need only a prefix change.
 """
@@ -10,7 +11,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -21,16 +22,22 @@ GAUGES = {
     "kv_blocks_cached": ("fs:kv_blocks_cached", "KV blocks kept only by the prefix cache"),
     "kv_blocks_total": ("fs:kv_blocks_total", "KV blocks in the pool"),
 }
+COUNTERS = {  # speculative decoding (vLLM's names); prometheus appends _total
+    "drafted_tokens": ("fs:spec_decode_num_draft_tokens", "tokens drafted for verification"),
+    "accepted_tokens": ("fs:spec_decode_num_accepted_tokens", "drafted tokens the model confirmed"),
+}
 
 
 class EngineGauges(Collector):
     def __init__(self, stats: Callable[[], dict[str, Any] | None]):
         self.stats = stats
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         s = self.stats() or {}
         for key, (name, doc) in GAUGES.items():
             yield GaugeMetricFamily(name, doc, value=float(s.get(key, 0)))
+        for key, (name, doc) in COUNTERS.items():
+            yield CounterMetricFamily(name, doc, value=float(s.get(key, 0)))
 
 
 class Metrics:

@@ -239,14 +239,14 @@ class MlxModel(Model):
         return 2 * c.num_hidden_layers * self.kv_heads * block_size * c.dim_head * self.dtype.size
 
     def forward_paged(self, batch: PagedBatch, store: KVStore) -> np.ndarray:
-        """Logits [n, V] (float32 numpy) at each sequence's last new token; as the numpy backend's."""
+        """Logits [sum(batch.keep), V] (float32 numpy) at each sequence's last ``keep`` new tokens; as numpy's."""
         if int(batch.context.max()) > self.config.max_position_embeddings:
             raise ModelError(f"a sequence reaches {int(batch.context.max())} positions, past max_position_embeddings")
         x = self.embed.rows(mx.array(batch.tokens.astype(np.int32))[None]).astype(self.dtype)
         positions = mx.array(batch.positions.astype(np.int32))
         for i, block in enumerate(self.blocks):
             x = block(x, positions, PagedLayer(store, i, batch), None)
-        x = mx.fast.rms_norm(x[:, mx.array(batch.last.astype(np.int32))], self.norm, self.config.rms_norm_eps)
+        x = mx.fast.rms_norm(x[:, mx.array(batch.logit_rows.astype(np.int32))], self.norm, self.config.rms_norm_eps)
         logits = self.lm_head(x)[0]
         mx.eval(logits, *store.k, *store.v)  # the writes too: each step's graph ends here
         return np.asarray(self.to_numpy(logits), dtype=np.float32)

@@ -94,9 +94,10 @@ class NumpyModel(Model):
         return KVStore.block_bytes(c.num_hidden_layers, c.num_key_value_heads, c.dim_head, dtype, block_size)
 
     def forward_paged(self, batch: PagedBatch, store: KVStore) -> np.ndarray:
-        """Logits [n, V] (float32) at the last new token of each of the batch's n sequences; their new K/V are
-        written into ``store`` on the way. Each sequence's logits are the bits ``model(...)`` gives it alone
-        wherever the kernels are batch invariant (the fused path, the default for kept-weight models)."""
+        """Logits [sum(batch.keep), V] (float32) at each sequence's last ``keep`` new tokens (the last one alone
+        unless the engine verifies drafts); their new K/V are written into ``store`` on the way. Each sequence's
+        logits are the bits ``model(...)`` gives it alone wherever the kernels are batch invariant (the fused path,
+        the default for kept-weight models)."""
         tokens = batch.tokens
         if tokens.size and (tokens.min() < 0 or tokens.max() >= self.vocab_size):
             bad = int(np.flatnonzero((tokens < 0) | (tokens >= self.vocab_size))[0])
@@ -108,7 +109,7 @@ class NumpyModel(Model):
             tables = self.rope.tables(batch.positions)
             for i, block in enumerate(self.blocks):
                 x = block(x, tables, PagedLayer(store, i, batch))
-            x = rms_norm(x[:, batch.last], self.norm, self.eps)
+            x = rms_norm(x[:, batch.logit_rows], self.norm, self.eps)
             return np.asarray(self.lm_head(x)[0], dtype=np.float32)
 
     def _run(
