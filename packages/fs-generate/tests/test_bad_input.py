@@ -56,7 +56,7 @@ def cli(*args, stdin=None, **kw):
     [
         (["--seed", "-1"], b"argument --seed: '-1' is not a non-negative integer"),
         (["--temp", "1e999"], b"argument --temp: '1e999' is not a finite non-negative number"),
-        (["--max-tokens", "x"], b"argument --max-tokens/-m: 'x' is not a non-negative integer"),
+        (["--max-tokens", "x"], b"argument --max-tokens/-m/-n/--n-predict: 'x' is not a non-negative integer"),
         (["--top-k", "-3"], b"argument --top-k: '-3' is not a non-negative integer"),
     ],
 )

@@ -104,6 +104,21 @@ def test_cli_with_mlx_lm_flag_names(src, tmp_path, capsys):
     assert "no such model directory" in capsys.readouterr().err
 
 
+def test_mlx_lm_convert_spellings_model_bare_quantize_and_dequantize(src, tmp_path, capsys):
+    """mlx_lm.convert's --model (its newer name for --hf-path), its bare --quantize (a switch: --q-bits), and
+    -d/--dequantize (a quantized source back to floats; refused together with quantizing, as mlx-lm refuses)."""
+    q = tmp_path / "q"
+    assert main(["convert", "--model", str(src), "--mlx-path", str(q), "--quantize", "--q-bits", "8"]) == 0
+    assert json.loads((q / "config.json").read_text())["quantization"]["bits"] == 8
+    assert main(["convert", "--model", str(q), "--mlx-path", str(tmp_path / "f"), "-d"]) == 0
+    cfg = json.loads((tmp_path / "f" / "config.json").read_text())
+    assert "quantization" not in cfg and "quantization_config" not in cfg
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as e:
+        main(["convert", str(src), str(tmp_path / "x"), "-d", "-q"])
+    assert e.value.code == 2 and "choose --dequantize or --quantize/-q, not both" in capsys.readouterr().err
+
+
 def test_quantizing_a_moe_keeps_the_router_at_8_bits_as_mlx_lm_does(tmp_path):
     """mlx-lm's qwen3_moe quant_predicate: ``mlp.gate`` (the router, whose scores pick the experts) at 8 bits,
     group 64, written as MLX's per-module entry; the experts at the requested bits."""

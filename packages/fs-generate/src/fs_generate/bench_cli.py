@@ -43,11 +43,20 @@ def _counts(text: str) -> list[int]:
 
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="fs-bench", description="Measure prefill and decode speed (llama-bench's table).")
-    add_model_flags(ap)
+    add_model_flags(ap, peer="llama.cpp")
     ap.add_argument("-p", "--n-prompt", type=_counts, default=[512], help="prompt lengths (default 512; 0 = none)")
     ap.add_argument("-n", "--n-gen", type=_counts, default=[128], help="generated lengths (default 128; 0 = none)")
     ap.add_argument("-t", "--thread-counts", type=_counts, help="thread counts to compare (default: --threads)")
-    ap.add_argument("-b", "--batch", type=_counts, default=[1], help="sequences decoded together (default 1)")
+    ap.add_argument(
+        "-b",
+        "--batch-size",
+        type=_counts,
+        default=[PREFILL_CHUNK],
+        help=f"llama-bench's: tokens per prefill pass (default {PREFILL_CHUNK}, as generation prefills)",
+    )
+    ap.add_argument(
+        "-np", "--parallel", type=_counts, default=[1], help="sequences decoded together (default 1): rows tgN npB"
+    )
     ap.add_argument("-r", "--repetitions", type=int, default=5, help="timed runs per test (default 5)")
     ap.add_argument("--json", action="store_true", help="print one JSON object per test instead of the table")
     ap.add_argument("--seed", type=int, default=0, help="seed of the random token ids")
@@ -63,12 +72,12 @@ def main(argv: list[str] | None = None) -> int:
 # --- the measurements -----------------------------------------------------------------------------------------
 
 
-def prefill_seconds(model: Any, ids: list[int]) -> float:
+def prefill_seconds(model: Any, ids: list[int], chunk: int = PREFILL_CHUNK) -> float:
     caches = model.make_cache()
     t0 = time.perf_counter()
-    for at in range(0, len(ids), PREFILL_CHUNK):
+    for at in range(0, len(ids), chunk):
         like = caches[0].key_values[0] if at else None
-        out = model(tokens_for(model, [ids[at : at + PREFILL_CHUNK]], like), at, caches, logits_to_keep=1)
+        out = model(tokens_for(model, [ids[at : at + chunk]], like), at, caches, logits_to_keep=1)
     last_logits(out)  # the result on the host: MLX has computed it
     return time.perf_counter() - t0
 
@@ -141,13 +150,28 @@ HEADER = ["model", "size", "params", "backend", "threads", "test", "t/s"]
 WIDTHS = [30, 10, 10, 10, 7, 13, 20]
 
 
+def _warn_outliers(test: str, rates: list[float]) -> None:
+    """One stderr note where a mean would mislead: a run under half the median (a busy host: rerun), or a single run
+    (its ± 0.00 is not a measured spread)."""
+    if len(rates) == 1:
+        print(f"note: {test}: one run (-r 1), so ± 0.00 is not a measured spread", file=sys.stderr)
+        return
+    mid = statistics.median(rates)
+    slow = [r for r in rates if r < mid / 2]
+    if slow:
+        print(f"note: {test}: {len(slow)} of {len(rates)} runs under half the median ({min(slow):.2f} against "
+              f"{mid:.2f} t/s): something else was using the CPU; rerun", file=sys.stderr)  # fmt: skip
+
+
 def _run(args: argparse.Namespace) -> int:
     if args.repetitions < 1:
         raise GenerateError("--repetitions must be at least 1")
     if not any(args.n_prompt) and not any(args.n_gen):
         raise GenerateError("nothing to measure: every -p and -n is 0")
-    if any(b < 1 for b in args.batch):
-        raise GenerateError("-b: every batch size must be at least 1")
+    if any(b < 1 for b in args.batch_size):
+        raise GenerateError("-b/--batch-size: every batch size must be at least 1")
+    if any(b < 1 for b in args.parallel):
+        raise GenerateError("-np/--parallel: every count of sequences must be at least 1")
     threads = args.thread_counts or [args.threads or len(os.sched_getaffinity(0))]
     args.quiet = args.quiet or args.json
     model, _ = load_from_args(args)
@@ -166,11 +190,13 @@ def _run(args: argparse.Namespace) -> int:
     for n in args.n_prompt:
         if n:
             ids = rng.integers(0, V, n).tolist()
-            tests.append((f"pp{n}", functools.partial(prefill_seconds, model, ids), n))
+            for b in args.batch_size:  # llama-bench names a non-default batch size in its own column; fs in the test
+                name = f"pp{n}" + (f" b{b}" if len(args.batch_size) > 1 or b != PREFILL_CHUNK else "")
+                tests.append((name, functools.partial(prefill_seconds, model, ids, b), n))
     for n in args.n_gen:
-        for b in args.batch if n else ():
+        for b in args.parallel if n else ():
             rows = rng.integers(0, V, (b, n + 1)).tolist()
-            name = f"tg{n}" + (f" b{b}" if b > 1 else "")
+            name = f"tg{n}" + (f" np{b}" if b > 1 else "")
             tests.append((name, functools.partial(decode_seconds, model, rows), n * b))
     backend = "MLX" if model.backend == "mlx" else "CPU"
     for t in threads:
@@ -184,6 +210,7 @@ def _run(args: argparse.Namespace) -> int:
             r = info | {"backend": backend, "threads": t, "test": name, "avg_ts": statistics.fmean(rates),
                         "stddev_ts": spread, "samples_ts": rates}  # fmt: skip
             print(json.dumps(r) if args.json else row_md(r), file=out, flush=True)
+            _warn_outliers(name, rates)
     if not args.json:
         print(f"\nbuild: fs-generate {__version__}", file=out)
     return 0

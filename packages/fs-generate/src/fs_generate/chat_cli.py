@@ -10,22 +10,25 @@ import argparse
 import json
 import select
 import sys
-from typing import TextIO
+from typing import Any, TextIO
 
 from fs_weights.atomic import write_atomic
-from fs_weights.command_line import non_negative_float, non_negative_int, positive_int, run_main
+from fs_weights.command_line import non_negative_float, non_negative_int, positive_float, positive_int, run_main
 from fs_weights.errors import WeightsError
 
 from . import __version__
 from .chat_session import ChatSession
 from .cli import KNOWN_ERRORS
 from .errors import GenerateError
-from .model_flags import add_model_flags, load_from_args
+from .model_flags import add_model_flags, load_from_args, token_count
 from .speculation_flags import add_speculation_flags, speculation_from_args
 
 HELP = """\
 commands: /reset (forget the conversation), /system TEXT (a new system prompt; resets), /think on|off,
           /save FILE (the messages as JSON), /help, /quit (or Ctrl-D). Ctrl-C stops the current answer."""
+
+
+COMMANDS = ("/quit", "/exit", "/q", "/reset", "/system", "/think", "/save", "/help")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -34,10 +37,19 @@ def parser() -> argparse.ArgumentParser:
     add_speculation_flags(ap)
     ap.add_argument("--system-prompt", "--system", dest="system", help="system message for the conversation")
     ap.add_argument("--enable-thinking", action="store_true", help="let Qwen3 think (toggle with /think)")
-    ap.add_argument("--max-tokens", "-m", type=positive_int, default=512, help="tokens per answer (default 512)")
+    ap.add_argument(
+        "--max-tokens", "-m", "-n", "--n-predict", type=token_count(1), default=512, help="tokens per answer (512)"
+    )
     ap.add_argument("--temp", type=non_negative_float, default=0.0, help="sampling temperature; 0 = greedy (default)")
     ap.add_argument("--top-p", type=non_negative_float, default=1.0, help="nucleus sampling (1 = off)")
     ap.add_argument("--top-k", type=non_negative_int, default=0, help="keep the K most likely tokens (0 = off)")
+    ap.add_argument("--min-p", type=non_negative_float, default=0.0, help="drop tokens with p < M * p_max (0 = off)")
+    ap.add_argument("--repetition-penalty", type=positive_float, help="mlx-lm semantics over the last 20 tokens")
+    ap.add_argument(
+        "--max-kv-size",
+        type=positive_int,
+        help="mlx_lm.chat's sliding window: refused - fs-chat keeps the conversation's exact K/V between turns",
+    )
     ap.add_argument("--seed", type=non_negative_int, help="seed for reproducible sampling")
     ap.add_argument("--verbose", action="store_true", help="after each answer: tokens reused, prefilled, generated")
     ap.add_argument("--version", action="version", version=f"fs-chat {__version__}")
@@ -50,8 +62,16 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    if args.max_kv_size is not None:  # before loading: a window would drop what the next turn resumes from
+        raise GenerateError(
+            "--max-kv-size: fs-chat carries the conversation's exact K/V from turn to turn, which a sliding window "
+            "would cut; bound a long chat with /reset, or use fs-generate --max-kv-size for one long answer"
+        )
     model, tok = load_from_args(args)
-    sampling = dict(max_new_tokens=args.max_tokens, temperature=args.temp, top_p=args.top_p, top_k=args.top_k)
+    sampling: dict[str, Any] = dict(
+        max_new_tokens=args.max_tokens, temperature=args.temp, top_p=args.top_p, top_k=args.top_k, min_p=args.min_p
+    )
+    sampling["repetition_penalty"] = args.repetition_penalty
     sampling.update(speculation_from_args(args, model, tok))
     chat = ChatSession(model, tok, system=args.system, enable_thinking=args.enable_thinking, seed=args.seed,
                        **sampling)  # fmt: skip
@@ -136,8 +156,12 @@ def _command(chat: ChatSession, line: str, out: TextIO) -> bool:
             print(f"error: {e}", file=out)
         else:
             print(f"[saved {len(chat.messages)} messages to {rest}]", file=out)
-    else:
+    elif name == "/help":
         print(HELP, file=out)
+    elif name in COMMANDS:  # a known command with a missing or bad argument
+        print(f"{line!r}: not a form this command takes (nothing was done)\n{HELP}", file=out)
+    else:  # a typo must not look like a command that ran, nor go to the model
+        print(f"unknown command {name!r} (nothing was sent to the model)\n{HELP}", file=out)
     return False
 
 

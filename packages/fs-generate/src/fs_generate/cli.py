@@ -25,7 +25,7 @@ from .constraints import compile_grammar
 from .errors import GenerateError
 from .generate import ROTATING_KEEP, Generator
 from .kv_bits import DEFAULT_QUANTIZED_KV_START, KV_GROUP_SIZES
-from .model_flags import add_model_flags, load_from_args
+from .model_flags import add_model_flags, load_from_args, token_count
 from .reused_prefix import load_prompt
 from .speculation_flags import SPECULATION_HELP, add_speculation_flags, speculation_from_args
 
@@ -62,7 +62,13 @@ def parser() -> argparse.ArgumentParser:
     add_speculation_flags(ap)
     ap.add_argument("--prompt", "-p", default="hello", help="prompt text ('-' reads standard input; default 'hello')")
     ap.add_argument(
-        "--max-tokens", "-m", type=non_negative_int, default=256, help="generated-token budget (default 256)"
+        "--max-tokens",
+        "-m",
+        "-n",
+        "--n-predict",
+        type=token_count(0),
+        default=256,
+        help="generated-token budget (default 256; -n/--n-predict: llama.cpp's spelling)",
     )
     ap.add_argument("--temp", type=non_negative_float, default=0.0, help="sampling temperature; 0 = greedy (default)")
     ap.add_argument("--top-k", type=non_negative_int, default=0, help="keep the K most likely tokens (0 = off)")
@@ -85,7 +91,11 @@ def parser() -> argparse.ArgumentParser:
         help="mlx-lm's: keep at most N positions per layer - the first 4, then a sliding window (memory bound)",
     )
     ap.add_argument(
-        "--max-context", type=positive_int, help="stop at N tokens, prompt included (default: max_position_embeddings)"
+        "--max-context",
+        "-c",
+        "--ctx-size",
+        type=non_negative_int,
+        help="stop at N tokens, prompt included (default or 0: max_position_embeddings; -c/--ctx-size: llama.cpp's)",
     )
     ap.add_argument("--kv-bits", type=int, choices=KV_BITS, help="mlx-lm's: keep the KV cache as N-bit codes")
     ap.add_argument(
@@ -217,7 +227,7 @@ def _run(args: argparse.Namespace) -> int:
         stop=args.stop,
         eos_token_ids=_eos(args, model, tok),
         repetition_penalty=args.repetition_penalty,
-        context_limit=args.max_context,
+        context_limit=args.max_context or None,  # llama.cpp: -c 0 is the model's own
         max_kv_size=args.max_kv_size,
         kv_bits=args.kv_bits,
         kv_group_size=args.kv_group_size,

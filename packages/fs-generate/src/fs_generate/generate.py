@@ -17,7 +17,7 @@ import numpy as np
 from fs_kvcache import DenseKVCache
 from fs_model import CausalLM
 
-from . import speculative
+from . import keywords, speculative
 from .constraints import make_constraint
 from .draft_model import DraftModel
 from .errors import GenerateError
@@ -324,28 +324,30 @@ def stream_generate(
 ) -> Iterator[GenerationStep]:
     """Yield one step per generated token; the last step carries the finish reason. When an EOS ends generation
     the last step's ``token_id`` is that EOS (not part of ``Generation.token_ids``) and its text is only what the
-    decoder flushed. Concatenated ``text`` deltas equal ``tokenizer.decode(token_ids)`` exactly."""
-    yield from Generator(model, tokenizer, prompt, **kw).steps()
+    decoder flushed. Concatenated ``text`` deltas equal ``tokenizer.decode(token_ids)`` exactly. Keywords: as
+    ``generate``'s."""
+    yield from Generator(model, tokenizer, prompt, **keywords.resolve("stream_generate", kw)).steps()
 
 
-def generate(
-    model: CausalLM, tokenizer: Any, prompt: str | Sequence[int], *, max_new_tokens: int, **kw: Any
-) -> Generation:
-    g = Generator(model, tokenizer, prompt, max_new_tokens=max_new_tokens, **kw)
+def generate(model: CausalLM, tokenizer: Any, prompt: str | Sequence[int], **kw: Any) -> Generation:
+    """The whole generation at once. Keywords: ``Generator``'s (``max_new_tokens`` required), and mlx-lm's
+    ``max_tokens=`` / ``temp=`` for the same things (keywords.py)."""
+    g = Generator(model, tokenizer, prompt, **keywords.resolve("generate", kw))
     for _ in g.steps():
         pass
     return g.result
 
 
 def generate_batch(
-    model: CausalLM, tokenizer: Any, prompts: Sequence[str | Sequence[int]], *, max_new_tokens: int, **kw: Any
+    model: CausalLM, tokenizer: Any, prompts: Sequence[str | Sequence[int]], **kw: Any
 ) -> list[Generation]:
     """Several prompts decoded together: one forward pass per step for the whole batch (prompts left-padded to a
     common length; padding is invisible to attention and to positions), each with its own stop rules. Token
     for token the same as calling ``generate`` on each prompt. ``seed`` seeds every row's generator alike."""
     if isinstance(prompts, str) or not prompts:
         raise GenerateError("generate_batch needs a non-empty list of prompts")
-    gens = [Generator(model, tokenizer, p, max_new_tokens=max_new_tokens, **kw) for p in prompts]
+    kw = keywords.resolve("generate_batch", kw)
+    gens = [Generator(model, tokenizer, p, **kw) for p in prompts]
     if any(not g.use_cache or g.prefix_cache is not None for g in gens):
         raise GenerateError("generate_batch always uses the KV cache and no prefix cache")
     live = [g for g in gens if g.start()]

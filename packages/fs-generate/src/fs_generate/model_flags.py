@@ -9,12 +9,14 @@ progress bar (on a terminal, unless ``--quiet``).
 import argparse
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 from fs_tokenizer import Tokenizer
 from fs_weights.command_line import positive_int, progress_bar
 
 from .demo import demo_banner
+from .errors import GenerateError
 from .resolve import load
 
 TINY = 100_000_000  # parameters: below this a model is a test or demo model (the smallest Qwen3 has 596M)
@@ -29,14 +31,25 @@ def parameter_count(config: Any) -> int:
     return sum(math.prod(s) for s in expected_tensors(config).values())
 
 
-def add_model_flags(ap: argparse.ArgumentParser) -> None:
+def add_model_flags(ap: argparse.ArgumentParser, *, peer: str = "mlx-lm") -> None:
+    """The shared flags, with the short spellings of the command's ``peer`` (docs/generate.md's flag table):
+    "mlx-lm" (fs-generate, fs-chat: ``-m`` is the command's own --max-tokens, as in mlx_lm.generate; llama.cpp's
+    ``-t`` for --threads does not collide) or "llama.cpp" (fs-bench: ``-m`` is --model, as in llama-bench, whose
+    ``-t`` the command defines itself)."""
     ap.add_argument(
         "--model",
-        help="local model directory or Hugging Face id (Qwen/Qwen3-0.6B); default: the tiny "
+        *(["-m"] if peer == "llama.cpp" else []),
+        help="local model directory, .gguf file or Hugging Face id (Qwen/Qwen3-0.6B); default: the tiny "
         "demo model shipped with fs-generate",
     )
+    ap.add_argument("--adapter-path", help="mlx-lm's LoRA adapter directory: not supported yet (refused with how)")
     ap.add_argument("--backend", choices=["numpy", "mlx"], default="numpy")
-    ap.add_argument("--threads", type=positive_int, help="cap the CPU kernels' threads (default: every core)")
+    ap.add_argument(
+        "--threads",
+        *(["-t"] if peer == "mlx-lm" else []),
+        type=positive_int,
+        help="cap the CPU kernels' threads (default: every core)",
+    )
     ap.add_argument(
         "--dtype",
         choices=["float32", "bfloat16", "float16", "native"],
@@ -50,9 +63,32 @@ def add_model_flags(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--quiet", "-q", action="store_true", help="no loading line or progress bars on stderr")
 
 
+def token_count(minimum: int) -> Callable[[str], int]:
+    """argparse type of --max-tokens/-m/-n: a count >= ``minimum``; a value that is not one - most often a model
+    path typed as llama.cpp's ``-m`` - is told where the model goes."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or value < minimum:
+            hint = f"; the model is --model {text} (llama.cpp's -m)" if value is None else ""
+            what = "a non-negative" if minimum == 0 else "a positive" if minimum == 1 else f"an (>= {minimum})"
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what} integer (a count of tokens){hint}")
+        return value
+
+    return parse
+
+
 def load_from_args(args: argparse.Namespace) -> tuple[Any, Tokenizer]:
     """Apply ``--threads``, then load ``--model`` (the demo model without one) as the flags say."""
     err = sys.stderr
+    if args.adapter_path is not None:
+        raise GenerateError(
+            f"--adapter-path {args.adapter_path}: LoRA adapters are not supported yet; fuse the adapter into the "
+            "model (mlx_lm.fuse --model BASE --adapter-path DIR) and pass the fused directory as --model"
+        )
     if args.threads is not None:
         from fs_model.cpu import set_threads
 

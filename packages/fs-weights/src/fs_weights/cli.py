@@ -41,14 +41,25 @@ def main(argv: list[str] | None = None) -> int:
         "convert",
         help="write a model as an MLX-layout directory (mlx_lm.convert's): another dtype, or 4/8-bit quantized",
     )
-    c.add_argument("src", nargs="?", help="model directory or Hugging Face id (or --hf-path)")
+    c.add_argument("src", nargs="?", help="model directory or Hugging Face id (or --hf-path / --model)")
     c.add_argument("out", nargs="?", help="directory to create (or --mlx-path)")
-    c.add_argument("--hf-path", help="mlx_lm.convert's name for SRC")
+    c.add_argument("--hf-path", "--model", dest="hf_path", help="mlx_lm.convert's names for SRC")
     c.add_argument("--mlx-path", help="mlx_lm.convert's name for OUT")
     c.add_argument("--dtype", choices=["bfloat16", "float16", "float32"], help="default: the source's")
-    c.add_argument("--quantize", type=int, choices=[4, 8], metavar="BITS", help="quantize to 4 or 8 bits")
+    c.add_argument(
+        "--quantize",
+        type=int,
+        choices=[4, 8],
+        nargs="?",
+        const=0,
+        metavar="BITS",
+        help="quantize to 4 or 8 bits (alone, as mlx_lm.convert's --quantize: to --q-bits)",
+    )
     c.add_argument("-q", action="store_true", help="mlx_lm.convert's: quantize to --q-bits (default 4)")
-    c.add_argument("--q-bits", type=int, choices=[4, 8], default=4, help=argparse.SUPPRESS)
+    c.add_argument("--q-bits", type=int, choices=[4, 8], default=4, help="bits for -q / a bare --quantize (4)")
+    c.add_argument(
+        "-d", "--dequantize", action="store_true", help="mlx_lm.convert's: write a quantized source as floats"
+    )
     c.add_argument("--group-size", "--q-group-size", type=int, default=64, choices=[32, 64, 128])
     c.add_argument("--max-shard-size", type=positive_float, default=2.0, help="GiB per shard (default 2)")
     c.add_argument("--overwrite", action="store_true")
@@ -58,8 +69,10 @@ def main(argv: list[str] | None = None) -> int:
         args.src, args.out = args.src or args.hf_path, args.out or args.mlx_path
         if args.src is None or args.out is None:
             c.error("give SRC and OUT (or --hf-path and --mlx-path)")
-        if args.q and args.quantize is None:
+        if (args.q and args.quantize is None) or args.quantize == 0:
             args.quantize = args.q_bits
+        if args.dequantize and args.quantize:
+            c.error("choose --dequantize or --quantize/-q, not both")
     return run_main("fs-weights", lambda: _run(args), (WeightsError, OSError))
 
 

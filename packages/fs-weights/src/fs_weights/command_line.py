@@ -38,7 +38,7 @@ def run_main(prog: str, body: Callable[[], int], known: tuple[type[BaseException
         interrupts.restore()
         return body()
     except KeyboardInterrupt:
-        return INTERRUPT_EXIT
+        return interrupts.exit_interrupted(INTERRUPT_EXIT)
     except BrokenPipeError:
         _silence_stdout()
         return 0

@@ -7,6 +7,7 @@ command lines (``sys.argv[0]`` is one of ``COMMANDS``, or ``-m`` while ``python 
 that merely imports the library keeps Python's usual ``KeyboardInterrupt``.
 """
 
+import contextlib
 import os
 import signal
 import sys
@@ -16,12 +17,30 @@ COMMANDS = frozenset(
 )
 
 
+def _is_command(commands: frozenset[str] = COMMANDS) -> bool:
+    name = os.path.basename(sys.argv[0]) if sys.argv else ""
+    return name in commands or name == "-m"
+
+
 def install(commands: frozenset[str] = COMMANDS) -> None:
     """Until the command's ``run_main`` takes over (it restores Python's handler), SIGINT exits at once: an
     exception would not do, because C extensions turn a KeyboardInterrupt inside their import into an ImportError."""
-    name = os.path.basename(sys.argv[0]) if sys.argv else ""
-    if name in commands or name == "-m":
+    if _is_command(commands):
         signal.signal(signal.SIGINT, lambda signum, frame: os._exit(130))
+
+
+def exit_interrupted(code: int) -> int:
+    """After a command caught its KeyboardInterrupt: flush the output and end the process with ``code`` now. Python's
+    own exit after it (joining threads, finalizing modules, SIGINT back at its default action) is a window in which
+    the process can still die by SIGINT instead of returning 130: it did twice in CI (rc -2, after the command had
+    caught the Ctrl-C and ended its last line). Exiting here leaves no such window. Inside a program that called
+    ``main()`` itself: just returns ``code``."""
+    if not _is_command():
+        return code
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # a closed pipe: nothing left to say
+            stream.flush()
+    os._exit(code)
 
 
 def restore() -> None:
