@@ -221,3 +221,30 @@ def test_a_shipped_eval_is_found_by_name(capsys):
     assert json.loads(capsys.readouterr().out)["id"] == "failure-recovery"
     names = sorted(p.name for p in EVALS.iterdir())
     assert names == ["failure-recovery", "localized-constant", "repository-convention"]
+
+
+def test_every_subcommand_says_what_it_does_and_fork_documents_its_case_file(tmp_path, capsys):
+    """`fs-agent --help` lists every subcommand with a line; `fork --help` carries the --case format, and the
+    example in it is a case file fork accepts."""
+    import json
+
+    from fs_agent.cli import _case, parser
+
+    with pytest.raises(SystemExit):
+        parser().parse_args(["--help"])
+    top = capsys.readouterr().out
+    for name in ("run", "fork", "eval", "receipts"):
+        assert f"    {name} " in top
+    with pytest.raises(SystemExit):
+        parser().parse_args(["fork", "--help"])
+    assert '"final_contains"' in capsys.readouterr().out
+    example = {
+        "final_contains": "answer = 2",
+        "files": [{"path": "app.py", "content": "..."}],
+        "results": [{"tool": "run", "contains": "passed"}],
+        "receipts": [{"tool_call_id": "call-2", "tool": "run", "exit_state": "ok", "result_contains": "passed",
+                      "changed_artifacts": []}],
+    }  # fmt: skip
+    (tmp_path / "case.json").write_text(json.dumps(example))
+    case = _case(str(tmp_path / "case.json"))
+    assert case.final_contains == "answer = 2" and len(case.receipts) == 1

@@ -12,6 +12,8 @@ def test_streams_and_ends_with_a_stats_line(tiny_dir, capsys):
     assert out.endswith("\n")
     lines = err.strip().splitlines()
     assert lines[-3].startswith("Prompt: 1 tokens") and lines[-2].startswith("Generation: ")
+    note = "(under 64 tokens: the first pass's one-time costs dominate; fs-bench -p measures prefill)"
+    assert lines[-3].endswith(note)
     assert lines[-1].startswith("Peak memory: ") and lines[-1].endswith(" GB")
 
 

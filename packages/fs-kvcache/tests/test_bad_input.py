@@ -99,7 +99,7 @@ def test_non_finite_bfloat16_bits_are_refused(tmp_path):
 @pytest.mark.parametrize(
     "edit,words",
     [
-        (lambda t, m: m.update(fs_identity=identity_string(weights="x" * 64)), "made for .* refusing to load it"),
+        (lambda t, m: m.update(fs_identity=identity_string(weights="x" * 64)), "made with .*other weights; refusing"),
         (lambda t, m: m.update(fs_format="other/1"), "not a prompt-cache file"),
         (lambda t, m: m.update(fs_layers="x"), "fs_layers 'x' / fs_dtype 'float32' are not"),
         (lambda t, m: m.update(fs_layers="0"), "fs_layers '0'"),

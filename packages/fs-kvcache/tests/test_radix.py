@@ -101,8 +101,14 @@ def test_prompt_cache_file_roundtrip_and_identity(tmp_path):
     for (k, v), (gk, gv) in zip(state, got, strict=True):
         np.testing.assert_array_equal(k, gk)
         np.testing.assert_array_equal(v, gv)
-    with pytest.raises(KVCacheError, match="made for .* refusing"):
+    with pytest.raises(KVCacheError, match=r"made with model tiny \(this run: other\); refusing"):
         load_prompt_cache(tmp_path / "p.safetensors", identity_string(model="other", tokenizer="abc", dtype="float32"))
+    with pytest.raises(
+        KVCacheError, match=r"made with dtype float32 \(this run: bfloat16\), other tokenizer; refusing"
+    ):
+        load_prompt_cache(
+            tmp_path / "p.safetensors", identity_string(model="tiny", tokenizer="a" * 64, dtype="bfloat16")
+        )
     with pytest.raises(KVCacheError, match="exactly the 4 positions"):
         save_prompt_cache(tmp_path / "q.safetensors", [1, 2, 3, 4], state, ident)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["p.safetensors"]

@@ -16,7 +16,8 @@ def test_logits_from_ids(capsys):
     assert main(["logits", "--model", str(GOLDEN / "tiny-qwen3"), "--ids", "1", "2", "3", "--top", "3"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("prompt: 3 tokens [1, 2, 3]") and "logits [512] at position 3" in out[1]
-    assert len(out) == 2 + 1 + 3
+    assert len(out) == 2 + 1 + 3 + 1 and not out[2].endswith("token")  # no empty token column
+    assert out[-1] == "(no token column: the model directory has no tokenizer fs-tokenizer can read)"
 
 
 def test_errors(capsys):

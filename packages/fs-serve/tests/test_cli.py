@@ -58,6 +58,13 @@ def test_a_missing_model_is_one_clear_line():
     assert "/nonexistent/model" in r.stderr and "Traceback" not in r.stderr
 
 
+def test_llama_servers_m_is_the_model_and_an_adapter_is_refused_with_how():
+    r = subprocess.run([*CMD, "-m", "/nonexistent/model"], env=ENV, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and "/nonexistent/model" in r.stderr and "Traceback" not in r.stderr
+    r = subprocess.run([*CMD, "--adapter-path", "/tmp/a"], env=ENV, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and "LoRA adapters are not supported yet" in r.stderr and "mlx_lm.fuse" in r.stderr
+
+
 def test_a_busy_port_is_said_before_loading():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -346,12 +346,43 @@ def cmd_eval(args: argparse.Namespace, stdin: TextIO, out: TextIO) -> int:
     return 0 if result["status"] == "passed" else 1
 
 
+CASE_FORMAT = """\
+--case FILE: a JSON object; a branch passes when every expectation holds:
+  {"final_contains": "answer = 2",                          the final message contains this text (required)
+   "files": [{"path": "app.py", "content": "..."}],         a workspace file's exact content afterwards
+   "results": [{"tool": "run", "contains": "passed"}],      some tool result of that tool contains this text
+   "receipts": [{"tool_call_id": "call-2", "tool": "run", "exit_state": "ok" or "error", "result_contains": "passed",
+                 "changed_artifacts": []}]}                 a receipt with these fields (changed_artifacts optional)
+  Unknown keys, wrong types and missing fields are refused with the file and the key."""
+SUBCOMMANDS = {  # name -> (what it does, the epilog of its --help)
+    "run": (
+        "run the agent on a task in a workspace directory (--root); with --save-run, stop at a tool boundary and "
+        "save a checkpoint that fork resumes from",
+        "tools: list and read always; write/edit with --allow-writes; run for each exact --allow-command line.\n"
+        "without --model: fs-generate's demo model.",
+    ),
+    "fork": (
+        "resume a saved run as several steered branches that share one cached prefix, grade each against a case, "
+        "and keep the one --select names",
+        CASE_FORMAT,
+    ),
+    "eval": (
+        "grade an evaluation package (a task, a workspace, held-out tests): with --model, after the agent ran on "
+        "it; without, the untouched baseline (which must fail)",
+        "prints one JSON object; exit 0 when the package passed, 1 when it did not.",
+    ),
+}
+
+
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="fs-agent", description="A tool-using agent on a Qwen3 model.")
     ap.add_argument("--version", action="version", version=f"fs-agent {__version__}")
     sub = ap.add_subparsers(dest="cmd", required=True)
     for name in ("run", "fork", "eval"):
-        p = sub.add_parser(name)
+        what, more = SUBCOMMANDS[name]
+        p = sub.add_parser(
+            name, help=what, description=what, epilog=more, formatter_class=argparse.RawDescriptionHelpFormatter
+        )
         p.add_argument("--backend", choices=["numpy", "mlx"], default="numpy")
         p.add_argument("--threads", type=positive_int, help="cap the CPU kernels' threads (default: every core)")
         p.add_argument("--max-tokens", type=positive_int, default=256)
@@ -390,11 +421,11 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--model", help="model directory or Hugging Face id (default: fs-generate's demo model)")
     run.add_argument("--save-run", help="stop at a tool boundary and save checkpoint.json + run.json here")
     run.add_argument("--checkpoint-after", type=positive_int, default=1, help="tool calls before the checkpoint")
-    run.add_argument("task", nargs="+")
-    fork.add_argument("run_dir")
-    fork.add_argument("--model")
+    run.add_argument("task", nargs="+", help="the task, in words")
+    fork.add_argument("run_dir", help="the directory `fs-agent run --save-run` wrote")
+    fork.add_argument("--model", help="the model (default: the one the saved run used)")
     fork.add_argument("--branch", action="append", required=True, help="NAME=steering text (repeatable)")
-    fork.add_argument("--case", required=True, help="evaluation case JSON (final_contains, files, results, receipts)")
+    fork.add_argument("--case", required=True, help="evaluation case JSON (format below)")
     fork.add_argument("--select", help="the branch to select (must pass)")
     fork.add_argument("--overwrite", action="store_true", help="replace branch directories an earlier fork created")
     ev.add_argument(

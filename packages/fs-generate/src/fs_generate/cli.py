@@ -125,6 +125,9 @@ def parser() -> argparse.ArgumentParser:
     return ap
 
 
+SHORT_PROMPT = 64  # below this a prompt's rate mostly measures the first pass paging in the weights, not prefill
+
+
 def peak_memory_gb() -> float:
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return rss / (1 << 30) if sys.platform == "darwin" else rss / (1 << 20)
@@ -275,7 +278,8 @@ def _run(args: argparse.Namespace) -> int:
     fed = len(r.prompt_ids) - r.cached_tokens  # the rate counts the tokens this run prefilled
     reused = f" ({r.cached_tokens} reused from the prompt cache)" if r.cached_tokens else ""
     tps = fed / r.prompt_seconds if r.prompt_seconds else 0.0
-    print(f"Prompt: {fed} tokens{reused}, {tps:.3f} tokens-per-sec", file=err)
+    short = f" (under {SHORT_PROMPT} tokens: the first pass's one-time costs dominate; fs-bench -p measures prefill)"
+    print(f"Prompt: {fed} tokens{reused}, {tps:.3f} tokens-per-sec{short if fed < SHORT_PROMPT else ''}", file=err)
     print(
         f"Generation: {len(r.token_ids)} tokens, {r.generation_tps:.3f} tokens-per-sec (finish: {r.finish_reason})",
         file=err,

@@ -142,11 +142,14 @@ class Engine:
         grammar: str | None = None,
         top_logprobs: int = 0,
         prompt_lookup_num_tokens: int | None = None,
+        sampler: Any = None,
+        logits_processors: Any = None,
     ) -> RequestHandle:
         """Queue a request (checked here: a bad argument raises ``GenerateError`` in the caller's thread).
         ``logprobs``: accepted for the server's sake; every ``Generation`` carries its tokens' log-probabilities.
         ``prompt_lookup_num_tokens``: None is the engine's; a request's own k > 0 drafts from its context (in place
-        of the engine's draft model, if it has one), 0 turns prompt lookup off for it."""
+        of the engine's draft model, if it has one), 0 turns prompt lookup off for it. ``sampler`` /
+        ``logits_processors``: mlx-lm's hooks (user_hooks.py), called on the engine's thread for this request."""
         lookup = self.drafts.lookup(prompt_lookup_num_tokens)
         spec = dict(
             max_new_tokens=max_new_tokens,
@@ -167,7 +170,8 @@ class Engine:
             top_logprobs=top_logprobs,
             prompt_lookup_num_tokens=lookup,
         )
-        gen = Generator(self.model, self.tokenizer, prompt, **spec, **self.drafts.keywords(lookup))
+        hooks = dict(sampler=sampler, logits_processors=logits_processors)  # callables: not in the JSON-safe spec
+        gen = Generator(self.model, self.tokenizer, prompt, **spec, **hooks, **self.drafts.keywords(lookup))
         spec["logit_bias"] = gen.penalties.pairs()  # checked, and JSON-safe for a lockstep peer
         with self._lock:
             self._ids += 1

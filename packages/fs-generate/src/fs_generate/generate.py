@@ -24,9 +24,10 @@ from .errors import GenerateError
 from .kv_bits import KVBits
 from .penalties import Penalties
 from .reused_prefix import KVPrefix
-from .sampling import SamplingParams, choose, logprob, top_logprobs
+from .sampling import SamplingParams, apply_repetition_penalty, choose, logprob, top_logprobs
 from .step import PREFILL_CHUNK, generate_step, last_logits, tokens_for
 from .stopping import StopStrings, resolve_eos
+from .user_hooks import UserHooks
 
 ROTATING_KEEP = 4  # positions a rotating cache never drops (mlx-lm's: the attention sinks at the start)
 
@@ -124,6 +125,8 @@ class Generator:
         prompt_lookup_num_tokens: int = 0,
         draft_model: Any = None,
         num_draft_tokens: int = 3,
+        sampler: Any = None,
+        logits_processors: Any = None,
     ):
         if type(max_new_tokens) is not int or max_new_tokens < 0:
             raise GenerateError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
@@ -136,6 +139,8 @@ class Generator:
         self.model, self.tokenizer = model, tokenizer
         self.params = SamplingParams(temperature, top_k, top_p, min_p, repetition_penalty)
         self.penalties = Penalties.make(model.vocab_size, presence_penalty, frequency_penalty, logit_bias)
+        own = (temperature, top_k, top_p, min_p) != (0.0, 0, 1.0, 0.0)
+        self.hooks = UserHooks.make(sampler, logits_processors, model.vocab_size, own)  # user_hooks.py
         self.stops = StopStrings(stop)
         self.eos = resolve_eos(model, tokenizer, eos_token_ids)
         self.prompt = prompt_ids(model, tokenizer, prompt)
@@ -207,6 +212,14 @@ class Generator:
         if self.top_logprobs:  # of the raw logits, as the chosen token's logprob
             self._tops = top_logprobs(logits, self.top_logprobs)
         logits = self.penalties.apply(logits, self.result.token_ids)  # OpenAI's bias and additive penalties
+        hooks = self.hooks
+        if hooks is not None:
+            logits = hooks.process(self.seq, logits)
+        if hooks is not None and hooks.sampler is not None:
+            p = self.params
+            if p.repetition_penalty is not None and p.repetition_penalty != 1.0:
+                logits = apply_repetition_penalty(logits, self.seq, p.repetition_penalty, p.repetition_context_size)
+            return hooks.sample(self.constraint.mask(logits) if self.constraint is not None else logits)
         if self.constraint is not None:
             logits = self.constraint.mask(logits)
         return choose(logits, self.params, self.rng, self.seq)

@@ -7,7 +7,8 @@ got an unexpected keyword argument", which names a class the caller never used.
 
 Contract: ``resolve(where, kw)`` returns the keywords ``Generator`` takes. mlx-lm's spellings of fs keywords
 (``ALIASES``) are renamed; giving both spellings is an error. mlx-lm keywords fs has no equivalent for
-(``REFUSED``) raise ``GenerateError`` saying what to use instead; any other unknown keyword raises one listing
+(``REFUSED``) raise ``GenerateError`` saying what to use instead (``sampler=`` and ``logits_processors=`` are
+taken, user_hooks.py); any other unknown keyword raises one listing
 fs's keywords.
 
     resolve("generate", {"max_tokens": 8, "temp": 0.7})  ->  {"max_new_tokens": 8, "temperature": 0.7}
@@ -21,9 +22,6 @@ from .errors import GenerateError
 ALIASES = {"max_tokens": "max_new_tokens", "temp": "temperature"}  # mlx-lm's name -> fs's
 REFUSED = {
     "verbose": "fs returns a Generation: print its .text; its prompt_tps / generation_tps are mlx-lm's stats line",
-    "sampler": "pass temperature=, top_k=, top_p=, min_p= (a custom sampler callable is not supported yet)",
-    "logits_processors": "pass repetition_penalty=, presence_penalty=, frequency_penalty=, logit_bias= "
-    "(custom logits processors are not supported yet)",
     "prompt_cache": "fs's is prefix_cache= (a KVPrefix, or a file made by fs-cache-prompt via load_prompt)",
     "prefill_step_size": "fs prefills a prompt in one pass per call; there is no step size to set",
     "kv_cache": "fs's is prefix_cache=",

@@ -96,6 +96,8 @@ class LockstepEngine(Engine):
     def submit(self, prompt: Any, **kw: Any) -> Any:
         if self.rank != 0:
             raise GenerateError("only rank 0 takes requests; the other ranks follow()")
+        if kw.get("sampler") is not None or kw.get("logits_processors"):
+            raise GenerateError("sampler= and logits_processors= cannot reach the other ranks (a callable is not data)")
         return super().submit(prompt, **kw)
 
     def between_steps(self, work: Any) -> Any:

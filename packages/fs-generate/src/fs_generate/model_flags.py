@@ -63,6 +63,15 @@ def add_model_flags(ap: argparse.ArgumentParser, *, peer: str = "mlx-lm") -> Non
     ap.add_argument("--quiet", "-q", action="store_true", help="no loading line or progress bars on stderr")
 
 
+def refuse_adapter(adapter_path: str | None) -> None:
+    """mlx-lm's --adapter-path (fs-generate, fs-chat, fs-bench, fs-serve): LoRA is not loaded yet; say how instead."""
+    if adapter_path is not None:
+        raise GenerateError(
+            f"--adapter-path {adapter_path}: LoRA adapters are not supported yet; fuse the adapter into the "
+            "model (mlx_lm.fuse --model BASE --adapter-path DIR) and pass the fused directory as --model"
+        )
+
+
 def token_count(minimum: int) -> Callable[[str], int]:
     """argparse type of --max-tokens/-m/-n: a count >= ``minimum``; a value that is not one - most often a model
     path typed as llama.cpp's ``-m`` - is told where the model goes."""
@@ -84,11 +93,7 @@ def token_count(minimum: int) -> Callable[[str], int]:
 def load_from_args(args: argparse.Namespace) -> tuple[Any, Tokenizer]:
     """Apply ``--threads``, then load ``--model`` (the demo model without one) as the flags say."""
     err = sys.stderr
-    if args.adapter_path is not None:
-        raise GenerateError(
-            f"--adapter-path {args.adapter_path}: LoRA adapters are not supported yet; fuse the adapter into the "
-            "model (mlx_lm.fuse --model BASE --adapter-path DIR) and pass the fused directory as --model"
-        )
+    refuse_adapter(args.adapter_path)
     if args.threads is not None:
         from fs_model.cpu import set_threads
 

@@ -106,9 +106,7 @@ def load_prompt_cache(
                     + ("; it was written by an older fs: make it again" if old else "")
                 )
             if meta.get("fs_identity") != identity:
-                raise KVCacheError(
-                    f"{path}: made for {meta.get('fs_identity')!r}, not {identity!r}; refusing to load it"
-                )
+                raise KVCacheError(f"{path}: {_difference(meta.get('fs_identity'), identity)}; refusing to load it")
             n, dtype = meta.get("fs_layers", ""), meta.get("fs_dtype")
             if not n.isdigit() or int(n) <= 0 or dtype not in DTYPES:
                 raise KVCacheError(f"{path}: fs_layers {n!r} / fs_dtype {dtype!r} are not a layer count and a dtype")
@@ -157,6 +155,25 @@ def _check_state(path: Any, tokens: np.ndarray, layers: list[tuple[np.ndarray, n
                     f"{where}: holds {'NaN' if np.isnan(big) else big} (|K/V| must be finite and at most {LIMIT:g});"
                     " refusing to load it"
                 )
+
+
+def _difference(saved: Any, wanted: str) -> str:
+    """Which named parts of two ``identity_string``s differ - "made with other weights, kv_dtype bfloat16 (this run:
+    float32)" - rather than two blobs of hashes; a digest is long and says nothing once it differs, so only short
+    values are shown."""
+    try:
+        old, new = json.loads(saved), json.loads(wanted)
+    except (TypeError, ValueError):
+        old = new = None
+    if not isinstance(old, dict) or not isinstance(new, dict):
+        return f"made for {saved!r}, not {wanted!r}"
+    parts = []
+    for key in sorted(old.keys() | new.keys()):
+        a, b = old.get(key), new.get(key)
+        if a != b:
+            short = all(isinstance(x, str) and len(x) <= 24 for x in (a, b))
+            parts.append(f"{key} {a} (this run: {b})" if short else f"other {key}")
+    return "made with " + ", ".join(parts)
 
 
 def identity_string(**parts: Any) -> str:

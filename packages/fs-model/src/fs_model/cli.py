@@ -2,6 +2,7 @@
 
 import argparse
 import sys
+from typing import Any
 
 import numpy as np
 
@@ -66,15 +67,30 @@ def _run(args: argparse.Namespace) -> int:
             raise ModelError(str(e)) from None
     else:
         ids = args.ids
+        tok = _tokenizer_if_any(args.model)  # only to show each candidate's text
     model = load_model(args.model, backend=args.backend, dtype=args.dtype, quantize=args.quantize)
     logits = np.asarray(model.to_numpy(model.forward(ids)), dtype=np.float32)[-1]
     print(f"prompt: {len(ids)} tokens {ids[:16]}{' ...' if len(ids) > 16 else ''}")
     print(f"next-token candidates ({model.backend} backend, logits [{logits.shape[0]}] at position {len(ids)}):")
-    print(f"{'rank':>4}  {'id':>7}  {'logit':>9}  {'prob':>8}  token")
+    print(f"{'rank':>4}  {'id':>7}  {'logit':>9}  {'prob':>8}" + ("  token" if tok is not None else ""))
     for r, (i, z, p) in enumerate(top_candidates(logits, args.top), 1):
-        shown = repr(tok.decode([i])) if tok is not None and i < tok.vocab_size else ""
-        print(f"{r:>4}  {i:>7}  {z:>9.4f}  {p:>8.4f}  {shown}")
+        shown = f"  {tok.decode([i])!r}" if tok is not None and i < tok.vocab_size else ""
+        print(f"{r:>4}  {i:>7}  {z:>9.4f}  {p:>8.4f}{shown}")
+    if tok is None:
+        print("(no token column: the model directory has no tokenizer fs-tokenizer can read)")
     return 0
+
+
+def _tokenizer_if_any(path: str) -> Any:
+    """The model's tokenizer where fs-tokenizer is installed and can read one beside the weights; else None."""
+    try:
+        from fs_tokenizer import Tokenizer, TokenizerError
+    except ImportError:
+        return None
+    try:
+        return Tokenizer.from_pretrained(path)
+    except (TokenizerError, OSError):
+        return None
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ from typing import Any
 
 from fs_generate import GenerateError, load, resolve_model_path
 from fs_generate.demo import demo_model_path
+from fs_generate.model_flags import refuse_adapter
 from fs_generate.speculation_flags import add_speculation_flags, check_speculation_flags, speculation_from_args
 
 from . import __version__
@@ -41,7 +42,10 @@ def positive_int(s: str) -> int:
 
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="fs-serve", description="An OpenAI-compatible server for Qwen3 models.")
-    ap.add_argument("--model", help="model directory or Hugging Face id (default: the shipped demo model)")
+    ap.add_argument(
+        "--model", "-m", help="model directory, .gguf file or Hugging Face id (default: the shipped demo model)"
+    )
+    ap.add_argument("--adapter-path", help="mlx_lm.server's LoRA adapter: not supported yet (refused with how)")
     ap.add_argument(
         "--served-model-name",
         nargs="+",
@@ -62,7 +66,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--backend", choices=["numpy", "mlx"], default="numpy")
     ap.add_argument("--dtype", choices=["float32", "bfloat16", "float16", "native"])
     ap.add_argument("--quantize", choices=["int8", "int4"], help="numpy: quantize weights at load")
-    ap.add_argument("--threads", type=positive_int, help="cap the CPU kernels' threads (default: every core)")
+    ap.add_argument("--threads", "-t", type=positive_int, help="cap the CPU kernels' threads (default: every core)")
     ap.add_argument(
         "--distributed",
         action="store_true",
@@ -132,6 +136,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         check_speculation_flags(args)
+        refuse_adapter(args.adapter_path)
         path = demo_model_path() if args.model is None else resolve_model_path(args.model)
     except GenerateError as e:
         print(f"fs-serve: error: {e}", file=sys.stderr)
