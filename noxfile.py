@@ -255,7 +255,14 @@ def build(session: nox.Session) -> None:
                 env=ENV,
             )
         if p == "fs-agent":  # the wheel carries the shipped evaluation packages
-            session.run(str(venv / "bin" / "fs-agent"), "eval", "failure-recovery", external=True, success_codes=[1])
+            session.run(
+                str(venv / "bin" / "fs-agent"),
+                "eval",
+                "failure-recovery",
+                "--baseline",
+                external=True,
+                success_codes=[1],
+            )
         shutil.rmtree(venv)
 
 

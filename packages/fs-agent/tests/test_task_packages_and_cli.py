@@ -132,7 +132,7 @@ def test_cli_run_on_a_tiny_random_model(tmp_path, capsys):
 
 
 def test_cli_eval_baseline(capsys):
-    assert main(["eval", str(EVALS / "failure-recovery")], out=None) == 1
+    assert main(["eval", str(EVALS / "failure-recovery"), "--baseline"], out=None) == 1
     assert json.loads(capsys.readouterr().out)["status"] == "failed"
 
 
@@ -217,7 +217,7 @@ def test_version_and_the_demo_model_by_default(tmp_path, capsys):
 
 
 def test_a_shipped_eval_is_found_by_name(capsys):
-    assert main(["eval", "failure-recovery"], out=None) == 1  # the untouched baseline fails, as it should
+    assert main(["eval", "failure-recovery", "--baseline"], out=None) == 1  # the untouched baseline fails, as it should
     assert json.loads(capsys.readouterr().out)["id"] == "failure-recovery"
     names = sorted(p.name for p in EVALS.iterdir())
     assert names == ["failure-recovery", "localized-constant", "repository-convention"]
@@ -248,3 +248,39 @@ def test_every_subcommand_says_what_it_does_and_fork_documents_its_case_file(tmp
     (tmp_path / "case.json").write_text(json.dumps(example))
     case = _case(str(tmp_path / "case.json"))
     assert case.final_contains == "answer = 2" and len(case.receipts) == 1
+
+
+def test_eval_without_model_runs_the_demo_model_as_run_does_and_baseline_takes_none(capsys):
+    """`eval` and `run` read a missing --model the same way (the demo model); grading the untouched workspace is
+    its own flag, and refuses a model it would not run."""
+    out = io.StringIO()
+    code = main(["eval", "localized-constant", "--max-tokens", "32", "--max-steps", "1"], out=out)
+    assert code in (0, 1) and "[1] model> " in out.getvalue()  # the demo model took a step
+    assert main(["eval", "localized-constant", "--baseline", "--model", "x"], out=None) == 2
+    assert "--baseline grades the untouched workspace" in capsys.readouterr().err
+
+
+def test_the_demo_model_reaches_a_checkpoint_under_tool_choice_required_and_forks_from_it(tmp_path):
+    """The walkthrough of docs/agent.md on the shipped demo model: it would answer at once, so `run` forces a tool
+    call per step (--tool-choice required, through the action schema); the checkpoint's prefix is saved, and every
+    fork branch resumes from all of it (no prefill) and is graded against the case."""
+    from fs_agent.protocol import action_schema
+
+    assert all("final" not in alt["properties"] for alt in action_schema(None, final=False)["anyOf"])
+    ws, run_dir, case = tmp_path / "ws", tmp_path / "run", tmp_path / "case.json"
+    ws.mkdir()
+    (ws / "app.py").write_text("answer = 1\n")
+    case.write_text('{"final_contains": "2"}')
+    out = io.StringIO()
+    run = ["run", "--root", str(ws), "--allow-writes", "--save-run", str(run_dir), "--max-steps", "4"]
+    assert main([*run, "--tool-choice", "required", "Set answer to 2 in app.py"], io.StringIO(), out) == 0
+    assert "checkpoint> " in out.getvalue() and (run_dir / "prefix.safetensors").is_file()
+    out = io.StringIO()
+    fork = ["fork", str(run_dir), "--branch", "read=Read app.py first.", "--branch", "answer=Answer now."]
+    assert main([*fork, "--case", str(case), "--max-steps", "2", "--max-tokens", "48"], io.StringIO(), out) == 0
+    text = out.getvalue()
+    n = int(text.split("prefix> loaded ")[1].split()[0])
+    assert text.count(f"reused {n} prefix tokens") == 2 and text.count(f"avoided prefill of {n}") == 2
+    assert text.count("evaluation: ") == 2
+    assert sorted(p.name for p in (run_dir / "branches").iterdir()) == ["answer", "read"]
+    assert main([*run, "--tool-choice", "required", "--no-constrain", "x"], io.StringIO(), io.StringIO()) == 2

@@ -8,6 +8,22 @@ sys.path.insert(0, str(Path(__file__).parent))  # toy.py under --import-mode=imp
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
+@pytest.fixture(scope="module")
+def fast(tmp_path_factory, qwen3_tokenizer_dir):
+    """A tiny random Qwen3 in bf16 with the real tokenizer, on the fast (batch-invariant) kernels: where the engine
+    equals generate bit for bit and speculation runs."""
+    from fs_generate import load
+    from fs_model import cpu
+    from fs_weights import preset, write_random_checkpoint
+
+    if not cpu.HAVE_NUMBA:  # the kernels session installs fs-model[fast]: there this must not skip
+        pytest.skip("numba is not installed: the bitwise contracts on the kernels are tested by `nox -s kernels`")
+    d = write_random_checkpoint(
+        tmp_path_factory.mktemp("engine") / "bf16", preset("tiny"), dtype="bfloat16", tokenizer=qwen3_tokenizer_dir
+    )
+    return load(str(d))
+
+
 @pytest.fixture(scope="session")
 def tiny_dir(tmp_path_factory, qwen3_tokenizer_dir):
     """A tiny random Qwen3 (vocab 151936, untied) with the real tokenizer, float32."""

@@ -19,20 +19,6 @@ from fs_generate import Engine, GenerateError, generate, load, stream_generate
 V_USED = 5000  # prompt ids drawn below this: ordinary byte-level tokens of the real vocabulary
 
 
-@pytest.fixture(scope="module")
-def fast(tmp_path_factory, qwen3_tokenizer_dir):
-    """A tiny random Qwen3 in bf16 with the real tokenizer, on the fast (batch-invariant) kernels."""
-    from fs_model import cpu
-    from fs_weights import preset, write_random_checkpoint
-
-    if not cpu.HAVE_NUMBA:  # the kernels session installs fs-model[fast]: there this must not skip
-        pytest.skip("numba is not installed: the engine's bitwise contract is tested by `nox -s kernels`")
-    d = write_random_checkpoint(
-        tmp_path_factory.mktemp("engine") / "bf16", preset("tiny"), dtype="bfloat16", tokenizer=qwen3_tokenizer_dir
-    )
-    return load(str(d))
-
-
 SOLO: dict = {}
 
 

@@ -40,20 +40,6 @@ def test_a_processor_that_bans_the_greedy_token_changes_every_path_alike(demo):
     assert generate_batch(model, tok, [PROMPT, "A list"], **kw)[0].token_ids == got.token_ids
 
 
-@pytest.fixture(scope="module")
-def fast(tmp_path_factory, qwen3_tokenizer_dir):
-    """A tiny random Qwen3 in bf16 on the batch-invariant kernels: where speculation runs and engine == generate."""
-    from fs_model import cpu
-    from fs_weights import preset, write_random_checkpoint
-
-    if not cpu.HAVE_NUMBA:  # the kernels session installs fs-model[fast]: there this must not skip
-        pytest.skip("numba is not installed: the hooks on the engine and speculation are tested by `nox -s kernels`")
-    d = write_random_checkpoint(
-        tmp_path_factory.mktemp("hooks") / "bf16", preset("tiny"), dtype="bfloat16", tokenizer=qwen3_tokenizer_dir
-    )
-    return load(str(d))
-
-
 @pytest.mark.kernels
 def test_hooks_hold_through_speculation_and_the_engine_under_load(fast):
     """Pure hooks keep fs's equal contracts: prompt lookup's verify rows and the engine's batch (four requests

@@ -93,10 +93,13 @@ def _workspace(args: argparse.Namespace, root: Path, stdin: TextIO, out: TextIO)
 def _action_schema(args: argparse.Namespace, allow_writes: bool | None = None) -> Any:
     """The JSON schema every action is decoded under (the tools this run's policy offers), None with
     ``--no-constrain``: the one place run, fork and eval decide it."""
+    required = getattr(args, "tool_choice", "auto") == "required"
     if args.no_constrain:
+        if required:
+            raise AgentError("--tool-choice required works through the action schema: drop --no-constrain")
         return None
     writes = args.allow_writes if allow_writes is None else allow_writes
-    return action_schema(tools_for(writes, bool(getattr(args, "allow_command", ()))))
+    return action_schema(tools_for(writes, bool(getattr(args, "allow_command", ()))), final=not required)
 
 
 def _prefix_identity(checkpoint_id: str, model: Any, tok: Any) -> str:
@@ -320,7 +323,9 @@ def cmd_fork(args: argparse.Namespace, stdin: TextIO, out: TextIO) -> int:
 
 def cmd_eval(args: argparse.Namespace, stdin: TextIO, out: TextIO) -> int:
     agent = None
-    if args.model:
+    if args.baseline and args.model:
+        raise AgentError("--baseline grades the untouched workspace: it runs no model, so drop --model")
+    if not args.baseline:  # without --model: fs-generate's demo model, as `run` does
         model, tok = _load(args)
 
         schema = _action_schema(args, allow_writes=True)
@@ -367,8 +372,8 @@ SUBCOMMANDS = {  # name -> (what it does, the epilog of its --help)
         CASE_FORMAT,
     ),
     "eval": (
-        "grade an evaluation package (a task, a workspace, held-out tests): with --model, after the agent ran on "
-        "it; without, the untouched baseline (which must fail)",
+        "grade an evaluation package (a task, a workspace, held-out tests) after the agent ran on it; with "
+        "--baseline, the untouched workspace (which must fail)",
         "prints one JSON object; exit 0 when the package passed, 1 when it did not.",
     ),
 }
@@ -421,6 +426,13 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--model", help="model directory or Hugging Face id (default: fs-generate's demo model)")
     run.add_argument("--save-run", help="stop at a tool boundary and save checkpoint.json + run.json here")
     run.add_argument("--checkpoint-after", type=positive_int, default=1, help="tool calls before the checkpoint")
+    run.add_argument(
+        "--tool-choice",
+        choices=["auto", "required"],
+        default="auto",
+        help="OpenAI's: required = every step calls a tool, never a final answer (so a model that would answer at "
+        "once still reaches --save-run's checkpoint; fork's branches may answer)",
+    )
     run.add_argument("task", nargs="+", help="the task, in words")
     fork.add_argument("run_dir", help="the directory `fs-agent run --save-run` wrote")
     fork.add_argument("--model", help="the model (default: the one the saved run used)")
@@ -433,7 +445,8 @@ def parser() -> argparse.ArgumentParser:
         help="evaluation package directory (task.json, workspace/, held_out_tests/), or the name of a shipped one: "
         + ", ".join(sorted(p.name for p in EVALS.iterdir() if (p / "task.json").is_file())),
     )
-    ev.add_argument("--model", help="run the agent with this model; without it, grade the untouched baseline")
+    ev.add_argument("--model", help="run the agent with this model (default: fs-generate's demo model, as run)")
+    ev.add_argument("--baseline", action="store_true", help="grade the untouched workspace (no model; it must fail)")
     rc = sub.add_parser("receipts", help="verify a receipt log, or drop its torn last line")
     rc.add_argument("action", choices=["verify", "repair"])
     rc.add_argument("log", help="path of the receipt log")

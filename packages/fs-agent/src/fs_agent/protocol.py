@@ -97,16 +97,19 @@ def action_json(action: ToolAction) -> str:
     return json.dumps({"tool": action.tool, **action.arguments}, sort_keys=True, separators=(",", ":"))
 
 
-def action_schema(available_tools: Any = None) -> dict[str, Any]:
+def action_schema(available_tools: Any = None, final: bool = True) -> dict[str, Any]:
     """``parse_action``'s rules as a JSON schema - one final answer or one call to an enabled tool - so the next
-    action can be decoded under it (constrained decoding) and cannot fail to parse."""
+    action can be decoded under it (constrained decoding) and cannot fail to parse. ``final=False``: a tool call
+    only (OpenAI's ``tool_choice="required"``)."""
     text: dict[str, Any] = {"type": "string"}
     fields: dict[str, Any] = {"path": text, "content": text, "old": text, "new": text}
     fields["argv"] = {"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1}
-    final = {"type": "string", "minLength": 1}
-    alts: list[dict[str, Any]] = [
-        {"type": "object", "properties": {"final": final}, "required": ["final"], "additionalProperties": False}
-    ]
+    alts: list[dict[str, Any]] = []
+    if final:
+        answer = {"type": "string", "minLength": 1}
+        alts.append(
+            {"type": "object", "properties": {"final": answer}, "required": ["final"], "additionalProperties": False}
+        )
     for tool, (required, optional) in TOOL_FIELDS.items():
         if available_tools is not None and tool not in available_tools:
             continue
