@@ -98,3 +98,14 @@ def test_a_hook_that_breaks_its_contract_is_one_error_naming_it(demo, kw, says):
     model, tok = demo
     with pytest.raises(GenerateError, match=says):
         generate(model, tok, PROMPT, max_new_tokens=2, **kw)
+
+
+def test_a_sampler_sees_the_repetition_penalty_as_fs_s_draw_does(demo):
+    """An argmax sampler is greedy decoding: with repetition_penalty the two still agree (the penalty is applied
+    before either draw), and differ from the unpenalized run."""
+    model, tok = demo
+    argmax = lambda lp: int(np.argmax(lp))  # noqa: E731
+    kw = dict(max_new_tokens=24, repetition_penalty=3.0)
+    want = generate(model, tok, PROMPT, **kw).token_ids
+    assert generate(model, tok, PROMPT, sampler=argmax, **kw).token_ids == want
+    assert want != generate(model, tok, PROMPT, max_new_tokens=24).token_ids

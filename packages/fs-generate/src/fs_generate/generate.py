@@ -24,7 +24,7 @@ from .errors import GenerateError
 from .kv_bits import KVBits
 from .penalties import Penalties
 from .reused_prefix import KVPrefix
-from .sampling import SamplingParams, apply_repetition_penalty, choose, logprob, top_logprobs
+from .sampling import SamplingParams, choose, logprob, penalized, top_logprobs
 from .step import PREFILL_CHUNK, generate_step, last_logits, tokens_for
 from .stopping import StopStrings, resolve_eos
 from .user_hooks import UserHooks
@@ -216,9 +216,7 @@ class Generator:
         if hooks is not None:
             logits = hooks.process(self.seq, logits)
         if hooks is not None and hooks.sampler is not None:
-            p = self.params
-            if p.repetition_penalty is not None and p.repetition_penalty != 1.0:
-                logits = apply_repetition_penalty(logits, self.seq, p.repetition_penalty, p.repetition_context_size)
+            logits = penalized(logits, self.params, self.seq)
             return hooks.sample(self.constraint.mask(logits) if self.constraint is not None else logits)
         if self.constraint is not None:
             logits = self.constraint.mask(logits)

@@ -87,9 +87,16 @@ def distribution(logits: np.ndarray, p: SamplingParams) -> np.ndarray:
     return probs / probs.sum()
 
 
-def choose(logits: np.ndarray, p: SamplingParams, rng: np.random.Generator | None, history: Sequence[int]) -> int:
+def penalized(logits: np.ndarray, p: SamplingParams, history: Sequence[int]) -> np.ndarray:
+    """``logits`` with ``p``'s repetition penalty over ``history`` (unchanged without one): fs's draw and a user's
+    sampler (user_hooks.py) both see this."""
     if p.repetition_penalty is not None and p.repetition_penalty != 1.0:
-        logits = apply_repetition_penalty(logits, history, p.repetition_penalty, p.repetition_context_size)
+        return apply_repetition_penalty(logits, history, p.repetition_penalty, p.repetition_context_size)
+    return logits
+
+
+def choose(logits: np.ndarray, p: SamplingParams, rng: np.random.Generator | None, history: Sequence[int]) -> int:
+    logits = penalized(logits, p, history)
     if p.greedy:
         return int(np.argmax(logits))
     probs = distribution(logits, p)
