@@ -36,10 +36,24 @@ def test_a_model_path_after_dash_m_is_told_where_the_model_goes(capsys):
     assert "(a count of tokens); the model is --model Qwen3-0.6B-Q4_K_M.gguf (llama.cpp's -m)" in err
 
 
-def test_adapter_path_is_refused_with_the_way_to_use_the_adapter(tiny_dir, tmp_path, capsys):
+def test_adapter_path_loads_mlx_lms_adapter_on_every_command(tiny_dir, tmp_path, capsys):
+    from fs_weights.random_adapter import write_random_adapter
+
+    adapter = write_random_adapter(tiny_dir, tmp_path / "adapters", rank=4, num_layers=1)
+    base = ["--model", str(tiny_dir), "--prompt", "Hello", "--raw", "--eos-token-id", "0", "-m", "6"]
+    plain, adapted = _json(capsys, *base), _json(capsys, *base, "--adapter-path", str(adapter))
+    model, tok = load(str(tiny_dir), adapter_path=str(adapter))
+    want = generate(model, tok, tok.encode("Hello"), max_tokens=6, eos_token_ids=[0])
+    assert adapted["token_ids"] == list(want.token_ids)  # the command's adapter is load(adapter_path=)'s
+    assert adapted["token_ids"] != plain["token_ids"]  # and it changes what the model says
+
+
+def test_a_bad_adapter_is_one_line_naming_the_file(tiny_dir, tmp_path, capsys):
     assert main(["--model", str(tiny_dir), "--adapter-path", str(tmp_path), "--prompt", "hi"]) == 2
     last = capsys.readouterr().err.strip().splitlines()[-1]
-    assert last.startswith("fs-generate: error: --adapter-path") and "mlx_lm.fuse" in last
+    assert last == f"fs-generate: error: {tmp_path}: no adapter_config.json; an adapter directory is what " + (
+        "mlx_lm.lora or PEFT saves"
+    )
 
 
 def test_fs_bench_takes_llama_benchs_m_and_fs_generate_keeps_mlx_lms():

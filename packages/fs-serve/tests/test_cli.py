@@ -58,11 +58,14 @@ def test_a_missing_model_is_one_clear_line():
     assert "/nonexistent/model" in r.stderr and "Traceback" not in r.stderr
 
 
-def test_llama_servers_m_is_the_model_and_an_adapter_is_refused_with_how():
+def test_llama_servers_m_is_the_model_and_a_bad_adapter_is_refused_before_serving():
     r = subprocess.run([*CMD, "-m", "/nonexistent/model"], env=ENV, capture_output=True, text=True, timeout=60)
     assert r.returncode == 1 and "/nonexistent/model" in r.stderr and "Traceback" not in r.stderr
-    r = subprocess.run([*CMD, "--adapter-path", "/tmp/a"], env=ENV, capture_output=True, text=True, timeout=60)
-    assert r.returncode == 1 and "LoRA adapters are not supported yet" in r.stderr and "mlx_lm.fuse" in r.stderr
+    r = subprocess.run([*CMD, "--adapter-path", "/nonexistent/a"], env=ENV, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert r.stderr.strip() == "fs-serve: error: /nonexistent/a: no such adapter directory (it holds " + (
+        "adapter_config.json and adapters.safetensors or adapter_model.safetensors)"
+    )
 
 
 def test_a_busy_port_is_said_before_loading():
@@ -77,3 +80,21 @@ def test_a_busy_port_is_said_before_loading():
 def test_version():
     r = subprocess.run([*CMD, "--version"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and r.stdout.startswith("fs-serve ")
+
+
+def test_the_adapter_is_what_the_server_loads(tmp_path):
+    """mlx_lm.server's --adapter-path: the served model is the adapted one (greedy completions differ from the base's,
+    and equal fs-generate's with the same adapter)."""
+    from fs_generate import generate, load
+    from fs_generate.demo import demo_model_path
+    from fs_serve.cli import load_for, parser
+    from fs_weights.random_adapter import write_random_adapter
+
+    demo = demo_model_path()
+    adapter = write_random_adapter(demo, tmp_path / "adapters", rank=8, num_layers=2)
+    served, tok = load_for(parser().parse_args(["--model", str(demo), "--adapter-path", str(adapter)]), demo)
+    base, _ = load(str(demo))
+    kw = dict(max_new_tokens=12, eos_token_ids=[])
+    got = generate(served, tok, "Once upon a time", **kw).token_ids
+    assert got == generate(load(str(demo), adapter_path=str(adapter))[0], tok, "Once upon a time", **kw).token_ids
+    assert got != generate(base, tok, "Once upon a time", **kw).token_ids

@@ -42,7 +42,10 @@ def add_model_flags(ap: argparse.ArgumentParser, *, peer: str = "mlx-lm") -> Non
         help="local model directory, .gguf file or Hugging Face id (Qwen/Qwen3-0.6B); default: the tiny "
         "demo model shipped with fs-generate",
     )
-    ap.add_argument("--adapter-path", help="mlx-lm's LoRA adapter directory: not supported yet (refused with how)")
+    ap.add_argument(
+        "--adapter-path",
+        help="LoRA adapter directory (mlx-lm's adapters.safetensors or PEFT's), fused into the weights at load",
+    )
     ap.add_argument("--backend", choices=["numpy", "mlx"], default="numpy")
     ap.add_argument(
         "--threads",
@@ -63,13 +66,16 @@ def add_model_flags(ap: argparse.ArgumentParser, *, peer: str = "mlx-lm") -> Non
     ap.add_argument("--quiet", "-q", action="store_true", help="no loading line or progress bars on stderr")
 
 
-def refuse_adapter(adapter_path: str | None) -> None:
-    """mlx-lm's --adapter-path (fs-generate, fs-chat, fs-bench, fs-serve): LoRA is not loaded yet; say how instead."""
-    if adapter_path is not None:
-        raise GenerateError(
-            f"--adapter-path {adapter_path}: LoRA adapters are not supported yet; fuse the adapter into the "
-            "model (mlx_lm.fuse --model BASE --adapter-path DIR) and pass the fused directory as --model"
-        )
+def check_adapter(adapter_path: str) -> None:
+    """Read ``--adapter-path`` now (its files and tensors; cheap), for a command that loads the model later - fs-serve
+    loads after binding its port - so that a bad adapter is one error line at start, not a dead server."""
+    from fs_weights import WeightsError
+    from fs_weights.adapter import load_adapter
+
+    try:
+        load_adapter(adapter_path)
+    except WeightsError as e:
+        raise GenerateError(str(e)) from None
 
 
 def token_count(minimum: int) -> Callable[[str], int]:
@@ -93,7 +99,6 @@ def token_count(minimum: int) -> Callable[[str], int]:
 def load_from_args(args: argparse.Namespace) -> tuple[Any, Tokenizer]:
     """Apply ``--threads``, then load ``--model`` (the demo model without one) as the flags say."""
     err = sys.stderr
-    refuse_adapter(args.adapter_path)
     if args.threads is not None:
         from fs_model.cpu import set_threads
 
@@ -106,10 +111,18 @@ def load_from_args(args: argparse.Namespace) -> tuple[Any, Tokenizer]:
     else:
         if args.model is None:
             print(demo_banner(), file=err)
-        print(f"loading {args.model or 'the demo model'} ({args.backend}) ...", end="", file=err, flush=True)
+        lora = f" + adapter {args.adapter_path}" if args.adapter_path else ""
+        print(f"loading {args.model or 'the demo model'}{lora} ({args.backend}) ...", end="", file=err, flush=True)
     bar, close = progress_bar(err, quiet=args.quiet)
     try:
-        model, tok = load(args.model, backend=args.backend, dtype=args.dtype, quantize=args.quantize, progress=bar)
+        model, tok = load(
+            args.model,
+            backend=args.backend,
+            dtype=args.dtype,
+            quantize=args.quantize,
+            progress=bar,
+            adapter_path=args.adapter_path,
+        )
     except BaseException:
         close()
         if not args.quiet:

@@ -25,10 +25,12 @@ def load(
     quantize: str | None = None,
     progress: Any = None,
     tensor_group: Any = None,
+    adapter_path: str | None = None,
 ) -> tuple[Any, Tokenizer]:
     """``model=None`` loads the demo model shipped with fs-generate (on the numpy backend as ``DEMO_DTYPE``
     unless ``dtype`` or ``quantize`` says otherwise); ``tensor_group``: an ``mx.distributed`` group this process is
-    one rank of (MLX backend: it loads and runs its slice, ``fs_model.mlx.shard``)."""
+    one rank of (MLX backend: it loads and runs its slice, ``fs_model.mlx.shard``); ``adapter_path``: a LoRA adapter
+    directory fused in at load (``fs_model.load_model``)."""
     path = demo_model_path() if model is None else resolve_model_path(model)
     if model is None and backend == "numpy" and dtype is None and quantize is None:
         dtype = DEMO_DTYPE
@@ -36,7 +38,13 @@ def load(
         tok = _gguf_tokenizer(path) if path.suffix == ".gguf" else Tokenizer.from_pretrained(path)
         return (
             load_model(
-                path, backend=backend, dtype=dtype, quantize=quantize, progress=progress, tensor_group=tensor_group
+                path,
+                backend=backend,
+                dtype=dtype,
+                quantize=quantize,
+                progress=progress,
+                tensor_group=tensor_group,
+                adapter_path=adapter_path,
             ),
             tok,
         )

@@ -19,6 +19,8 @@ from fs_weights import (
     load_config,
     load_generation_config,
 )
+from fs_weights.adapted import AdaptedCheckpoint
+from fs_weights.adapter import load_adapter
 from fs_weights.gguf_file import open_gguf
 
 from . import rope_scaling
@@ -52,6 +54,7 @@ def load_model(
     kv_dtype: str | None = None,
     progress: Callable[[int, int], None] | None = None,
     tensor_group: Any = None,
+    adapter_path: str | os.PathLike[str] | None = None,
 ) -> Model:
     """``path`` is a model directory, or a llama.cpp ``.gguf`` file (F32/F16/BF16 tensors, and Q8_0, Q4_0, Q4_1,
     Q4_K, Q5_0, Q5_1, Q5_K, Q6_K ones repacked exactly as MLX affine codes: fs_weights.gguf_blocks).
@@ -65,6 +68,8 @@ def load_model(
     matrices are kept in bf16 or quantized (as mlx-lm's caches follow the model's dtype), else float32.
     MLX backend: ``dtype`` is the compute dtype ("float32", "bfloat16", "float16"; default: the checkpoint's).
     ``tensor_group`` (MLX only, an ``mx.distributed`` group): tensor parallelism, each rank loading its slice.
+    ``adapter_path``: a LoRA adapter directory (mlx-lm's or PEFT's), fused into the weights it names as they load
+    (``fs_weights.adapted``: float weights keep their dtype, quantized ones become bf16), on either backend.
     ``progress(done, total)`` is called as each weight is loaded, in bytes of the stored tensors (a quantized
     weight's scales and biases included), so a bar can show bytes and an ETA."""
     p = Path(path)
@@ -87,6 +92,8 @@ def load_model(
         check_supported(config)
         config = config.replace(max_position_embeddings=rope_scaling.context(config))  # YaRN serves factor x L
         cross_check(config, ckpt, strict=True)
+        if adapter_path is not None:  # checked against these weights before anything is computed
+            ckpt = AdaptedCheckpoint(ckpt, load_adapter(adapter_path))
         digest = ckpt.digest()
     except WeightsError as e:
         raise ModelError(str(e)) from None

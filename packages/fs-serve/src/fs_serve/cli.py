@@ -20,7 +20,7 @@ from typing import Any
 
 from fs_generate import GenerateError, load, resolve_model_path
 from fs_generate.demo import demo_model_path
-from fs_generate.model_flags import refuse_adapter
+from fs_generate.model_flags import check_adapter
 from fs_generate.speculation_flags import add_speculation_flags, check_speculation_flags, speculation_from_args
 
 from . import __version__
@@ -45,7 +45,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--model", "-m", help="model directory, .gguf file or Hugging Face id (default: the shipped demo model)"
     )
-    ap.add_argument("--adapter-path", help="mlx_lm.server's LoRA adapter: not supported yet (refused with how)")
+    ap.add_argument(
+        "--adapter-path", help="LoRA adapter directory (mlx-lm's or PEFT's), fused into the weights at load"
+    )
     ap.add_argument(
         "--served-model-name",
         nargs="+",
@@ -94,7 +96,14 @@ def generation_defaults(path: Path) -> dict[str, Any]:
 
 def load_for(args: argparse.Namespace, path: Path, group: Any = None) -> tuple[Any, Any]:
     model_arg = None if args.model is None else str(path)
-    return load(model_arg, backend=args.backend, dtype=args.dtype, quantize=args.quantize, tensor_group=group)
+    return load(
+        model_arg,
+        backend=args.backend,
+        dtype=args.dtype,
+        quantize=args.quantize,
+        tensor_group=group,
+        adapter_path=args.adapter_path,
+    )
 
 
 def join_group(args: argparse.Namespace) -> Any:
@@ -136,7 +145,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         check_speculation_flags(args)
-        refuse_adapter(args.adapter_path)
+        if args.adapter_path is not None:  # a bad adapter is refused before the port is bound, not after
+            check_adapter(args.adapter_path)
         path = demo_model_path() if args.model is None else resolve_model_path(args.model)
     except GenerateError as e:
         print(f"fs-serve: error: {e}", file=sys.stderr)

@@ -170,6 +170,13 @@ class Checkpoint:
     def is_quantized(self, name: str) -> bool:
         return name.endswith(".weight") and name.removesuffix(".weight") + ".scales" in self._where
 
+    def logical_shape(self, name: str) -> tuple[int, ...]:
+        """``name``'s shape as the model has it: a quantized weight's packed uint32 columns unpacked."""
+        shape = self.info(name).shape
+        if not self.is_quantized(name):
+            return shape
+        return (*shape[:-1], shape[-1] * 32 // self.quant_params(name)[0])
+
     def weight_nbytes(self, name: str) -> int:
         """Stored bytes of ``name`` with its quantization companions (``.scales``, ``.biases``) when it has them:
         what loading that one weight reads, the unit of a loader's progress."""

@@ -1,10 +1,14 @@
 """``fs-weights inspect PATH [--json]``, ``fs-weights random OUT --preset ...`` and
-``fs-weights convert SRC OUT [--dtype D] [--quantize 4|8 --group-size G]``."""
+``fs-weights convert SRC OUT [--dtype D] [--quantize 4|8 --group-size G]`` and
+``fs-weights fuse --model M --adapter-path A --save-path OUT [--dequantize]``."""
 
 import argparse
 import json
 import sys
 import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 from . import __version__
 from .byte_tokenizer import VOCAB_SIZE as BYTE_VOCAB_SIZE
@@ -64,7 +68,21 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--max-shard-size", type=positive_float, default=2.0, help="GiB per shard (default 2)")
     c.add_argument("--overwrite", action="store_true")
     c.add_argument("--quiet", action="store_true", help="no progress bar")
+    f = sub.add_parser("fuse", help="fuse a LoRA adapter into a model directory (mlx_lm.fuse's flags and output)")
+    f.add_argument("--model", default="mlx_model", help="base model directory or Hugging Face id (mlx_model)")
+    f.add_argument("--adapter-path", default="adapters", help="mlx-lm or PEFT adapter directory (adapters)")
+    f.add_argument("--save-path", default="fused_model", help="directory to create (fused_model)")
+    f.add_argument("--dequantize", action="store_true", help="write a quantized base as a float model")
+    f.add_argument("--export-gguf", action="store_true", help=argparse.SUPPRESS)
+    f.add_argument("--upload-repo", help=argparse.SUPPRESS)
+    f.add_argument("--max-shard-size", type=positive_float, default=2.0, help="GiB per shard (default 2)")
+    f.add_argument("--overwrite", action="store_true")
+    f.add_argument("--quiet", action="store_true", help="no progress bar")
     args = ap.parse_args(argv)
+    if args.cmd == "fuse" and args.export_gguf:  # mlx_lm.fuse's, for llama/mistral only; fs's GGUF writer is a step
+        f.error(f"--export-gguf: fuse first, then `fs-convert-gguf {args.save_path} OUT.gguf --outtype bf16`")
+    if args.cmd == "fuse" and args.upload_repo:
+        f.error(f"--upload-repo: fs does not upload; `huggingface-cli upload {args.upload_repo} {args.save_path}`")
     if args.cmd == "convert":
         args.src, args.out = args.src or args.hf_path, args.out or args.mlx_path
         if args.src is None or args.out is None:
@@ -86,11 +104,10 @@ def _convert(args: argparse.Namespace) -> int:
             f"`fs-convert-gguf {args.src} {args.out} --outtype bf16|f16|f32|q8_0|q4_0` (fs-generate's: it converts "
             "the vocabulary too)"
         )
-    t0 = time.perf_counter()
     src = resolve_model_path(args.src)
-    bar, close = progress_bar(sys.stderr, quiet=args.quiet)
-    try:
-        out = convert_checkpoint(
+    out, seconds = _with_progress(
+        args,
+        lambda bar: convert_checkpoint(
             src,
             args.out,
             dtype=args.dtype,
@@ -99,17 +116,49 @@ def _convert(args: argparse.Namespace) -> int:
             max_shard_bytes=int(args.max_shard_size * 1024**3),
             overwrite=args.overwrite,
             progress=bar,
-        )
+        ),
+    )
+    what = f"{args.quantize}-bit, group {args.group_size}" if args.quantize else (args.dtype or "source dtype")
+    print(f"wrote {out} ({what}) in {seconds:.1f}s")
+    return 0
+
+
+def _fuse(args: argparse.Namespace) -> int:
+    from .fuse import fuse_adapter
+    from .hub import resolve_model_path
+
+    src = resolve_model_path(args.model)
+    out, seconds = _with_progress(
+        args,
+        lambda bar: fuse_adapter(
+            src,
+            args.adapter_path,
+            args.save_path,
+            dequantize=args.dequantize,
+            max_shard_bytes=int(args.max_shard_size * 1024**3),
+            overwrite=args.overwrite,
+            progress=bar,
+        ),
+    )
+    print(f"wrote {out} ({args.adapter_path} fused into {args.model}) in {seconds:.1f}s")
+    return 0
+
+
+def _with_progress(args: argparse.Namespace, work: Callable[[Any], Path]) -> tuple[Path, float]:
+    """``work(bar)`` under the byte progress bar (unless --quiet) -> (its result, seconds taken)."""
+    t0 = time.perf_counter()
+    bar, close = progress_bar(sys.stderr, quiet=args.quiet)
+    try:
+        return work(bar), time.perf_counter() - t0
     finally:
         close()
-    what = f"{args.quantize}-bit, group {args.group_size}" if args.quantize else (args.dtype or "source dtype")
-    print(f"wrote {out} ({what}) in {time.perf_counter() - t0:.1f}s")
-    return 0
 
 
 def _run(args: argparse.Namespace) -> int:
     if args.cmd == "convert":
         return _convert(args)
+    if args.cmd == "fuse":
+        return _fuse(args)
     if args.cmd == "inspect":
         report = tensor_report(args.path)
         print(json.dumps(report, indent=2) if args.json else format_table(report))

@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from .adapted import AdaptedCheckpoint
+from .adapter import Adapter
 from .checkpoint import Checkpoint
 from .config import Qwen3Config
 from .crosscheck import (
@@ -47,8 +49,10 @@ def convert_checkpoint(
     max_shard_bytes: int = DEFAULT_SHARD_BYTES,
     overwrite: bool = False,
     progress: Callable[[int, int], None] | None = None,
+    adapter: Adapter | None = None,
 ) -> Path:
-    """Write ``src`` (a model directory) to ``out``; ``dtype`` defaults to the source's float dtype."""
+    """Write ``src`` (a model directory) to ``out``; ``dtype`` defaults to the source's float dtype. ``adapter``
+    (``fs-weights fuse --dequantize``): its updates applied to the weights it names before they are written."""
     src_dir, target = Path(src), Path(out)
     check_target(target, overwrite, source=src_dir)
     raw = read_json(src_dir / "config.json")
@@ -59,6 +63,8 @@ def convert_checkpoint(
         report = cross_check(config, ckpt)
         if not report.ok:
             raise WeightsError(f"{src_dir}: the weights do not match config.json: {report.problems(1)[0]}")
+        if adapter is not None:
+            ckpt = AdaptedCheckpoint(ckpt, adapter)
         if quantize and ckpt.quantization:
             raise WeightsError(
                 f"{src_dir}: already quantized ({ckpt.quantization.get('bits')}-bit); convert from the float "
