@@ -58,6 +58,48 @@ def readme_examples(tmp_path, monkeypatch) -> Callable[..., int]:
 
 
 @pytest.fixture
+def docs_examples(tmp_path, monkeypatch) -> Callable[..., int]:
+    """Run docs/``page``'s ```python blocks in order, in one namespace, in a temporary directory, and check every
+    claim they write as ``expression  # literal`` (``tok.encode("hi")  # [6023]``): the expression must equal the
+    literal. ``replace`` swaps text first (a local path for a model id). Returns how many claims were checked."""
+    import ast
+
+    def claim(line: str) -> object:
+        comment = line.split("  # ", 1)[1] if "  # " in line else ""
+        for end in range(len(comment), 0, -1):  # the longest start of the comment that is a Python literal
+            try:
+                return ast.literal_eval(comment[:end].strip())
+            except (ValueError, SyntaxError):
+                continue
+        return NO_CLAIM
+
+    def run(page: str, replace: dict[str, str] | None = None) -> int:
+        text = (REPO / "docs" / page).read_text(encoding="utf-8")
+        monkeypatch.chdir(tmp_path)
+        namespace: dict = {"__name__": "__docs__"}
+        checked = 0
+        for block in re.findall(r"```python\n(.*?)```", text, re.S):
+            for old, new in (replace or {}).items():
+                block = block.replace(old, new)
+            lines = block.splitlines()
+            for node in ast.parse(block).body:
+                source = ast.get_source_segment(block, node) or ""
+                want = claim(lines[node.end_lineno - 1]) if isinstance(node, ast.Expr) else NO_CLAIM
+                if want is NO_CLAIM:
+                    exec(compile(source, f"docs/{page}", "exec"), namespace)
+                    continue
+                got = eval(compile(source, f"docs/{page}", "eval"), namespace)
+                assert got == want, f"docs/{page}: `{source}` is {got!r}, the page says {want!r}"
+                checked += 1
+        return checked
+
+    return run
+
+
+NO_CLAIM = object()
+
+
+@pytest.fixture
 def ring_hostfile(tmp_path) -> Callable[..., tuple[Path, list[int]]]:
     """An mx.distributed ring hostfile for ``n`` local ranks on free 127.0.0.1 ports (what mlx.launch writes), plus
     ``extra`` more free ports (a server's); -> (hostfile, extra ports). Spawn each rank with MLX_RANK=r and

@@ -26,6 +26,9 @@ def test_llama_cpp_spellings_mean_what_they_mean_there(tiny_dir, capsys):
     assert limited["token_ids"] == want["token_ids"][:3] and limited["finish_reason"] == "context"
     model_own = _json(capsys, *base, "-m", "5", "--ctx-size", "0", "-t", "1")  # -c 0: the model's own limit
     assert model_own["token_ids"] == want["token_ids"]
+    endless = _json(capsys, *base, "-n", "-1", "-c", "7")  # llama.cpp's -n -1: until EOS or the context limit
+    assert endless["token_ids"][:5] == want["token_ids"] and len(endless["token_ids"]) == 6
+    assert endless["finish_reason"] == "context"
 
 
 def test_a_model_path_after_dash_m_is_told_where_the_model_goes(capsys):

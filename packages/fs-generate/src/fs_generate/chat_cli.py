@@ -10,17 +10,18 @@ import argparse
 import json
 import select
 import sys
-from typing import Any, TextIO
+from typing import TextIO
 
 from fs_weights.atomic import write_atomic
-from fs_weights.command_line import non_negative_float, non_negative_int, positive_float, positive_int, run_main
+from fs_weights.command_line import positive_int, run_main
 from fs_weights.errors import WeightsError
 
 from . import __version__
 from .chat_session import ChatSession
 from .cli import KNOWN_ERRORS
 from .errors import GenerateError
-from .model_flags import add_model_flags, load_from_args, token_count
+from .model_flags import add_model_flags, load_from_args, token_budget, token_count
+from .sampling_flags import add_sampling_flags, sampling_from_args
 from .speculation_flags import add_speculation_flags, speculation_from_args
 
 HELP = """\
@@ -38,19 +39,20 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--system-prompt", "--system", dest="system", help="system message for the conversation")
     ap.add_argument("--enable-thinking", action="store_true", help="let Qwen3 think (toggle with /think)")
     ap.add_argument(
-        "--max-tokens", "-m", "-n", "--n-predict", type=token_count(1), default=512, help="tokens per answer (512)"
+        "--max-tokens",
+        "-m",
+        "-n",
+        "--n-predict",
+        type=token_count(1, unlimited=True),
+        default=512,
+        help="tokens per answer (512; -1: until EOS or the context limit, llama.cpp's)",
     )
-    ap.add_argument("--temp", type=non_negative_float, default=0.0, help="sampling temperature; 0 = greedy (default)")
-    ap.add_argument("--top-p", type=non_negative_float, default=1.0, help="nucleus sampling (1 = off)")
-    ap.add_argument("--top-k", type=non_negative_int, default=0, help="keep the K most likely tokens (0 = off)")
-    ap.add_argument("--min-p", type=non_negative_float, default=0.0, help="drop tokens with p < M * p_max (0 = off)")
-    ap.add_argument("--repetition-penalty", type=positive_float, help="mlx-lm semantics over the last 20 tokens")
+    add_sampling_flags(ap)
     ap.add_argument(
         "--max-kv-size",
         type=positive_int,
         help="mlx_lm.chat's sliding window: refused - fs-chat keeps the conversation's exact K/V between turns",
     )
-    ap.add_argument("--seed", type=non_negative_int, help="seed for reproducible sampling")
     ap.add_argument("--verbose", action="store_true", help="after each answer: tokens reused, prefilled, generated")
     ap.add_argument("--version", action="version", version=f"fs-chat {__version__}")
     return ap
@@ -68,13 +70,9 @@ def _run(args: argparse.Namespace) -> int:
             "would cut; bound a long chat with /reset, or use fs-generate --max-kv-size for one long answer"
         )
     model, tok = load_from_args(args)
-    sampling: dict[str, Any] = dict(
-        max_new_tokens=args.max_tokens, temperature=args.temp, top_p=args.top_p, top_k=args.top_k, min_p=args.min_p
-    )
-    sampling["repetition_penalty"] = args.repetition_penalty
-    sampling.update(speculation_from_args(args, model, tok))
-    chat = ChatSession(model, tok, system=args.system, enable_thinking=args.enable_thinking, seed=args.seed,
-                       **sampling)  # fmt: skip
+    sampling = sampling_from_args(args) | speculation_from_args(args, model, tok)
+    chat = ChatSession(model, tok, system=args.system, enable_thinking=args.enable_thinking,
+                       max_new_tokens=token_budget(args.max_tokens, model), **sampling)  # fmt: skip
     out = sys.stdout
     print(f"[fs-chat] {args.model or 'the demo model'}. /help for commands, /quit or Ctrl-D to leave.", file=out)
     while True:

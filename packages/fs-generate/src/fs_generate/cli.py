@@ -15,7 +15,7 @@ from fs_kvcache import KV_BITS, KVCacheError
 from fs_model import ModelError
 from fs_tokenizer import TokenizerError
 from fs_weights import WeightsError
-from fs_weights.command_line import non_negative_float, non_negative_int, positive_float, positive_int, run_main
+from fs_weights.command_line import non_negative_int, positive_int, run_main
 from fs_weights.jsonfile import decode_utf8
 from fs_weights.regular_file import read_regular
 
@@ -25,8 +25,9 @@ from .constraints import compile_grammar
 from .errors import GenerateError
 from .generate import ROTATING_KEEP, Generator
 from .kv_bits import DEFAULT_QUANTIZED_KV_START, KV_GROUP_SIZES
-from .model_flags import add_model_flags, load_from_args, token_count
+from .model_flags import add_model_flags, load_from_args, token_budget, token_count
 from .reused_prefix import load_prompt
+from .sampling_flags import add_sampling_flags, sampling_from_args
 from .speculation_flags import SPECULATION_HELP, add_speculation_flags, speculation_from_args
 
 EPILOG = """\
@@ -66,18 +67,12 @@ def parser() -> argparse.ArgumentParser:
         "-m",
         "-n",
         "--n-predict",
-        type=token_count(0),
+        type=token_count(0, unlimited=True),
         default=256,
-        help="generated-token budget (default 256; -n/--n-predict: llama.cpp's spelling)",
+        help="generated-token budget (default 256; -n/--n-predict: llama.cpp's spelling, -1: until EOS or the "
+        "context limit)",
     )
-    ap.add_argument("--temp", type=non_negative_float, default=0.0, help="sampling temperature; 0 = greedy (default)")
-    ap.add_argument("--top-k", type=non_negative_int, default=0, help="keep the K most likely tokens (0 = off)")
-    ap.add_argument(
-        "--top-p", type=non_negative_float, default=1.0, help="nucleus: smallest set with mass >= P (1 = off)"
-    )
-    ap.add_argument("--min-p", type=non_negative_float, default=0.0, help="drop tokens with p < M * p_max (0 = off)")
-    ap.add_argument("--repetition-penalty", type=positive_float, help="mlx-lm semantics over the last 20 tokens")
-    ap.add_argument("--seed", type=non_negative_int, help="seed for reproducible sampling")
+    add_sampling_flags(ap)
     ap.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     ap.add_argument("--chat", action="store_true", help="require the chat template (applied by default when present)")
     ap.add_argument(
@@ -221,15 +216,10 @@ def _run(args: argparse.Namespace) -> int:
         model,
         tok,
         prompt,
-        max_new_tokens=args.max_tokens,
-        temperature=args.temp,
-        top_k=args.top_k,
-        top_p=args.top_p,
-        min_p=args.min_p,
-        seed=args.seed,
+        max_new_tokens=token_budget(args.max_tokens, model),
+        **sampling_from_args(args),
         stop=args.stop,
         eos_token_ids=_eos(args, model, tok),
-        repetition_penalty=args.repetition_penalty,
         context_limit=args.max_context or None,  # llama.cpp: -c 0 is the model's own
         max_kv_size=args.max_kv_size,
         kv_bits=args.kv_bits,

@@ -78,15 +78,20 @@ def check_adapter(adapter_path: str) -> None:
         raise GenerateError(str(e)) from None
 
 
-def token_count(minimum: int) -> Callable[[str], int]:
-    """argparse type of --max-tokens/-m/-n: a count >= ``minimum``; a value that is not one - most often a model
-    path typed as llama.cpp's ``-m`` - is told where the model goes."""
+UNLIMITED = -1  # llama.cpp's -n -1: no budget of its own; generation ends at EOS, a stop or the context limit
+
+
+def token_count(minimum: int, *, unlimited: bool = False) -> Callable[[str], int]:
+    """argparse type of --max-tokens/-m/-n: a count >= ``minimum`` (or, ``unlimited``, llama.cpp's -1); a value
+    that is not one - most often a model path typed as llama.cpp's ``-m`` - is told where the model goes."""
 
     def parse(text: str) -> int:
         try:
             value = int(text)
         except ValueError:
             value = None
+        if unlimited and value == UNLIMITED:
+            return value
         if value is None or value < minimum:
             hint = f"; the model is --model {text} (llama.cpp's -m)" if value is None else ""
             what = "a non-negative" if minimum == 0 else "a positive" if minimum == 1 else f"an (>= {minimum})"
@@ -94,6 +99,12 @@ def token_count(minimum: int) -> Callable[[str], int]:
         return value
 
     return parse
+
+
+def token_budget(max_tokens: int, model: Any) -> int:
+    """A parsed --max-tokens as ``max_new_tokens``: -1 is as many as the model's context holds (the prompt's
+    share and --ctx-size still end it earlier, with finish reason "context")."""
+    return int(model.config.max_position_embeddings) if max_tokens == UNLIMITED else max_tokens
 
 
 def load_from_args(args: argparse.Namespace) -> tuple[Any, Tokenizer]:
