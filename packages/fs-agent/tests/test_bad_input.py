@@ -350,13 +350,14 @@ class Stdin(io.StringIO):
 @pytest.fixture
 def saved_run(tmp_path, monkeypatch):
     """A saved run (checkpoint + prefix) made with a double model whose weights digest is 'a' * 64."""
-    import fs_agent.cli as cli
+    import fs_agent.cli_common as common
+    import fs_agent.cli_run as cli_run
     from doubles import CharacterTokenizer, DenseEosModel, tool
 
     model = DenseEosModel()
     model.weights_digest = "a" * 64
-    monkeypatch.setattr(cli, "_load", lambda args: (model, CharacterTokenizer()))
-    monkeypatch.setattr(cli, "generate_response", lambda *a, **k: tool("read_file", path="app.py"))
+    monkeypatch.setattr(common, "load_for", lambda args: (model, CharacterTokenizer()))
+    monkeypatch.setattr(cli_run, "generate_response", lambda *a, **k: tool("read_file", path="app.py"))
     root = tmp_path / "ws"
     root.mkdir()
     (root / "app.py").write_text("answer = 2\n")

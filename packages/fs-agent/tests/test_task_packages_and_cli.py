@@ -138,12 +138,13 @@ def test_cli_eval_baseline(capsys):
 
 def test_cli_save_run_then_fork(tmp_path, monkeypatch, capsys):
     """The CLI plumbing of fork/steer/select on the Day 8 doubles: scripted first run, dense EOS model branches."""
-    import fs_agent.cli as cli
+    import fs_agent.cli_common as common
+    import fs_agent.cli_run as cli_run
     from doubles import CharacterTokenizer, DenseEosModel, tool
 
     model = DenseEosModel()
-    monkeypatch.setattr(cli, "_load", lambda args: (model, CharacterTokenizer()))
-    monkeypatch.setattr(cli, "generate_response", lambda *a, **k: tool("read_file", path="app.py"))
+    monkeypatch.setattr(common, "load_for", lambda args: (model, CharacterTokenizer()))
+    monkeypatch.setattr(cli_run, "generate_response", lambda *a, **k: tool("read_file", path="app.py"))
     root = tmp_path / "ws"
     root.mkdir()
     (root / "app.py").write_text("answer = 2\n")
@@ -228,7 +229,8 @@ def test_every_subcommand_says_what_it_does_and_fork_documents_its_case_file(tmp
     example in it is a case file fork accepts."""
     import json
 
-    from fs_agent.cli import _case, parser
+    from fs_agent.cli import parser
+    from fs_agent.cli_fork import read_case
 
     with pytest.raises(SystemExit):
         parser().parse_args(["--help"])
@@ -246,7 +248,7 @@ def test_every_subcommand_says_what_it_does_and_fork_documents_its_case_file(tmp
                       "changed_artifacts": []}],
     }  # fmt: skip
     (tmp_path / "case.json").write_text(json.dumps(example))
-    case = _case(str(tmp_path / "case.json"))
+    case = read_case(str(tmp_path / "case.json"))
     assert case.final_contains == "answer = 2" and len(case.receipts) == 1
 
 

@@ -3,9 +3,11 @@ Engine and the fs-generate CLI."""
 
 import fs_weights as _fs_weights  # noqa: F401 - first: its interrupts guard precedes the heavy imports
 
+from .batch_generate import generate_batch
 from .engine import Engine
 from .errors import GenerateError
-from .generate import Generation, GenerationStep, generate, generate_batch, stream_generate
+from .generate import generate, stream_generate
+from .outputs import Generation, GenerationStep
 from .request import RequestHandle
 from .resolve import load, resolve_model_path
 from .sampling import SamplingParams

@@ -17,7 +17,8 @@ from typing import Any
 from .chat_prompt import next_turn, whole_turn
 from .draft_model import DraftModel
 from .errors import GenerateError
-from .generate import Generation, GenerationStep, Generator
+from .generate import Generator
+from .outputs import Generation, GenerationStep
 from .reused_prefix import KVPrefix
 
 

@@ -31,13 +31,13 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from fs_kvcache import BlockPool, BlockPrefixCache, PagedBatch, identity_string
+from fs_kvcache import BlockPrefixCache, PagedBatch, identity_string
 
 from .embedding import embed as embed_rows
 from .engine_drafts import EngineDrafts
 from .errors import ConstraintError, GenerateError
 from .generate import Generator
-from .kv_budget import default_kv_budget, physical_memory
+from .kv_budget import block_pool
 from .request import FINISHED, Request, RequestHandle
 from .scheduler import Scheduler
 from .scoring import Scored, check_rows
@@ -65,8 +65,6 @@ class Engine:
         for name, v in (("max_batch", max_batch), ("max_step_tokens", max_step_tokens), ("block_size", block_size)):
             if type(v) is not int or v < 1:
                 raise GenerateError(f"{name} must be a positive int, got {v!r}")
-        if kv_budget_bytes is not None and (type(kv_budget_bytes) is not int or kv_budget_bytes < 1):
-            raise GenerateError(f"kv_budget_bytes must be a positive int or None, got {kv_budget_bytes!r}")
         if not hasattr(model, "forward_paged"):
             raise GenerateError(
                 f"the {getattr(model, 'backend', type(model).__name__)} backend has no paged forward pass; "
@@ -74,31 +72,7 @@ class Engine:
             )
         self.model, self.tokenizer = model, tokenizer
         self.drafts = EngineDrafts(model, draft_model, num_draft_tokens, prompt_lookup_num_tokens)
-        block_bytes = model.kv_block_bytes(block_size)
-        self.kv_budget_note = f"kv_budget_bytes={kv_budget_bytes}"
-        if kv_budget_bytes is None:
-            ctx = model.config.max_position_embeddings
-            kv_budget_bytes, self.kv_budget_note = default_kv_budget(block_bytes // block_size, ctx, max_batch)
-            log.info(self.kv_budget_note)
-        num_blocks = kv_budget_bytes // block_bytes
-        total = physical_memory()
-        if total is not None and kv_budget_bytes > total:
-            raise GenerateError(
-                f"kv_budget_bytes={kv_budget_bytes} is more than this machine's {total} bytes of memory; "
-                "leave it unset for a quarter of the memory available"
-            )
-        if num_blocks < 1:
-            raise GenerateError(
-                f"kv_budget_bytes={kv_budget_bytes} holds no block: one block of {block_size} positions takes "
-                f"{block_bytes} bytes (K and V, every layer)"
-            )
-        self.pool = BlockPool(num_blocks, block_size)
-        try:
-            self.store = model.make_kv_store(self.pool)
-        except MemoryError:
-            raise GenerateError(
-                f"kv_budget_bytes={kv_budget_bytes}: the K/V pool ({num_blocks} blocks) could not be allocated"
-            ) from None
+        self.pool, self.store, self.kv_budget_note = block_pool(model, kv_budget_bytes, block_size, max_batch)
         identity = identity_string(
             weights=getattr(model, "weights_digest", "") or getattr(model, "path", ""),
             kv_dtype=getattr(model, "kv_dtype", ""),

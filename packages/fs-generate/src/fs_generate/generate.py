@@ -1,15 +1,14 @@
 """One request's rules around the decode step: sampling parameters, EOS, budget, context limit, stop strings.
 
-``stream_generate`` yields a ``GenerationStep`` per token; ``generate`` collects them into a ``Generation``;
-``generate_batch`` decodes several prompts with one forward pass per step. The tokens themselves come from
-step.py's ``generate_step`` (one request) or from one batched call per step. The uncached path
-(``use_cache=False``: recompute the growing prefix every step) is kept as the oracle.
+``stream_generate`` yields a ``GenerationStep`` per token; ``generate`` collects them into a ``Generation``
+(outputs.py); ``generate_batch`` (batch_generate.py) decodes several prompts with one forward pass per step. The
+tokens themselves come from step.py's ``generate_step`` (one request) or from one batched call per step. The
+uncached path (``use_cache=False``: recompute the growing prefix every step) is kept as the oracle.
 """
 
 import dataclasses
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -22,49 +21,15 @@ from .constraints import make_constraint
 from .draft_model import DraftModel
 from .errors import GenerateError
 from .kv_bits import KVBits
+from .outputs import Generation, GenerationStep
 from .penalties import Penalties
 from .reused_prefix import KVPrefix
 from .sampling import SamplingParams, choose, logprob, penalized, top_logprobs
-from .step import PREFILL_CHUNK, generate_step, last_logits, tokens_for
+from .step import PREFILL_CHUNK, generate_step
 from .stopping import StopStrings, resolve_eos
 from .user_hooks import UserHooks
 
 ROTATING_KEEP = 4  # positions a rotating cache never drops (mlx-lm's: the attention sinks at the start)
-
-
-@dataclass(frozen=True)
-class GenerationStep:
-    token_id: int
-    text: str  # the complete UTF-8 text this token made available (may be "")
-    logprob: float
-    finish_reason: str | None = None  # set on the last step: "eos" | "length" | "context" | "stop"
-    # (an Engine request's Generation may also end "cancelled"; no step carries that)
-    top_logprobs: tuple[tuple[int, float], ...] = ()  # (id, logprob) of the N likeliest, when asked for N
-    from_draft: bool = False  # speculative decoding: a drafted token the model confirmed (mlx-lm's name)
-
-
-@dataclass
-class Generation:
-    token_ids: list[int]  # generated only; an EOS that ended generation is not included
-    text: str
-    finish_reason: str  # "eos" | "length" | "context" | "stop" (| "cancelled" from an Engine)
-    prompt_ids: list[int] = field(default_factory=list)
-    eos_token_id: int | None = None  # the EOS id that ended generation, reported separately
-    logprobs: list[float] = field(default_factory=list)
-    prompt_seconds: float = 0.0
-    generation_seconds: float = 0.0
-    forward_passes: int = 0
-    cached_tokens: int = 0  # prompt tokens whose K/V came from a prefix cache (Engine, or a radix cache here)
-    drafted_tokens: int = 0  # speculative decoding: tokens proposed, and those the model confirmed
-    accepted_tokens: int = 0
-
-    @property
-    def prompt_tps(self) -> float:
-        return len(self.prompt_ids) / self.prompt_seconds if self.prompt_seconds else 0.0
-
-    @property
-    def generation_tps(self) -> float:
-        return len(self.token_ids) / self.generation_seconds if self.generation_seconds else 0.0
 
 
 def prompt_ids(model: CausalLM, tokenizer: Any, prompt: str | Sequence[int]) -> list[int]:
@@ -347,47 +312,6 @@ def generate(model: CausalLM, tokenizer: Any, prompt: str | Sequence[int], **kw:
     for _ in g.steps():
         pass
     return g.result
-
-
-def generate_batch(
-    model: CausalLM, tokenizer: Any, prompts: Sequence[str | Sequence[int]], **kw: Any
-) -> list[Generation]:
-    """Several prompts decoded together: one forward pass per step for the whole batch (prompts left-padded to a
-    common length; padding is invisible to attention and to positions), each with its own stop rules. Token
-    for token the same as calling ``generate`` on each prompt. ``seed`` seeds every row's generator alike."""
-    if isinstance(prompts, str) or not prompts:
-        raise GenerateError("generate_batch needs a non-empty list of prompts")
-    kw = keywords.resolve("generate_batch", kw)
-    gens = [Generator(model, tokenizer, p, **kw) for p in prompts]
-    if any(not g.use_cache or g.prefix_cache is not None for g in gens):
-        raise GenerateError("generate_batch always uses the KV cache and no prefix cache")
-    live = [g for g in gens if g.start()]
-    if not live:
-        return [g.result for g in gens]
-    P = max(len(g.prompt) for g in live)
-    pad = [P - len(g.prompt) for g in live]
-    caches = model.make_cache()
-    quantize = gens[0].kv_bits or (lambda model, caches: None)  # every row was given the same keywords
-    t0 = time.perf_counter()
-    rows = [[0] * p + g.prompt for p, g in zip(pad, live, strict=True)]
-    logits = last_logits(model(tokens_for(model, rows), 0, caches, logits_to_keep=1, pad=pad))
-    quantize(model, caches)
-    for g in live:
-        g.result.prompt_seconds, g._t0, g.result.forward_passes = time.perf_counter() - t0, time.perf_counter(), 1
-    offset = P
-    while True:
-        feed = []
-        for g, z in zip(live, logits, strict=True):
-            feed.append(g.accept(z).token_id if not g.done else 0)  # finished rows feed a dummy token
-        if all(g.done for g in live) or offset >= model.config.max_position_embeddings + min(pad):
-            break
-        logits = last_logits(model(tokens_for(model, [[t] for t in feed]), offset, caches, logits_to_keep=1, pad=pad))
-        quantize(model, caches)
-        for g in live:
-            if not g.done:
-                g.result.forward_passes += 1
-        offset += 1
-    return [g.result for g in gens]
 
 
 def _decoder(tokenizer: Any) -> Any:

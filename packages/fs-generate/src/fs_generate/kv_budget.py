@@ -3,7 +3,15 @@ capped at what ``max_batch`` full contexts could use (vLLM sizes its pool from f
 fraction of it; a quarter leaves room for the weights' pages, the activations and everything else on the machine).
 """
 
+import logging
 import os
+from typing import Any
+
+from fs_kvcache import BlockPool
+
+from .errors import GenerateError
+
+log = logging.getLogger("fs_generate.engine")
 
 
 def available_memory() -> int | None:
@@ -39,3 +47,37 @@ def default_kv_budget(token_bytes: int, context: int, max_batch: int) -> tuple[i
     if avail is None:
         source = "1 GiB (the OS did not say how much memory is available)" if quarter < full else source
     return budget, f"kv_budget_bytes=None: {budget / 2**20:.1f} MiB for the K/V pool ({source})"
+
+
+def block_pool(model: Any, kv_budget_bytes: int | None, block_size: int, max_batch: int) -> tuple[BlockPool, Any, str]:
+    """The engine's block pool and the model's K/V store over it, sized by ``kv_budget_bytes`` (the default above
+    when None) -> (pool, store, a line saying how it was sized). A budget that holds no block, exceeds the machine's
+    memory or cannot be allocated is refused with the numbers."""
+    if kv_budget_bytes is not None and (type(kv_budget_bytes) is not int or kv_budget_bytes < 1):
+        raise GenerateError(f"kv_budget_bytes must be a positive int or None, got {kv_budget_bytes!r}")
+    block_bytes = model.kv_block_bytes(block_size)
+    note = f"kv_budget_bytes={kv_budget_bytes}"
+    if kv_budget_bytes is None:
+        ctx = model.config.max_position_embeddings
+        kv_budget_bytes, note = default_kv_budget(block_bytes // block_size, ctx, max_batch)
+        log.info(note)
+    num_blocks = kv_budget_bytes // block_bytes
+    total = physical_memory()
+    if total is not None and kv_budget_bytes > total:
+        raise GenerateError(
+            f"kv_budget_bytes={kv_budget_bytes} is more than this machine's {total} bytes of memory; "
+            "leave it unset for a quarter of the memory available"
+        )
+    if num_blocks < 1:
+        raise GenerateError(
+            f"kv_budget_bytes={kv_budget_bytes} holds no block: one block of {block_size} positions takes "
+            f"{block_bytes} bytes (K and V, every layer)"
+        )
+    pool = BlockPool(num_blocks, block_size)
+    try:
+        store = model.make_kv_store(pool)
+    except MemoryError:
+        raise GenerateError(
+            f"kv_budget_bytes={kv_budget_bytes}: the K/V pool ({num_blocks} blocks) could not be allocated"
+        ) from None
+    return pool, store, note

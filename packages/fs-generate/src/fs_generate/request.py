@@ -19,7 +19,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from .errors import GenerateError
-from .generate import Generation, GenerationStep, Generator
+from .generate import Generator
+from .outputs import Generation, GenerationStep
 
 WAITING, RUNNING, FINISHED = "waiting", "running", "finished"
 log = logging.getLogger("fs_generate.engine")
