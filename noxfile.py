@@ -181,6 +181,7 @@ BENCHES = {
     "kv_bits": ["benchmarks/kv_bits.py", "--contexts", "1024", "4096"],
     "quant_quality": ["benchmarks/quant_quality.py"],
     "invariance_cost": ["benchmarks/invariance_cost.py"],
+    "tile_groups": ["benchmarks/tile_groups.py"],
     "threads": ["benchmarks/threads.py"],
     "engine_serving": ["benchmarks/engine_serving.py", "--out", "docs/data/engine_serving.json"],
     "agent_branches": ["benchmarks/agent_branches.py"],

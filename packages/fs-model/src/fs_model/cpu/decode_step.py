@@ -24,8 +24,11 @@ from fs_kvcache import PagedLayer
 
 from ..numpy.attention import Attention
 from ..numpy.block import Block
-from ..numpy.linear import DenseLinear, Linear
+from ..numpy.linear import DenseLinear, Linear, timed
+from ..numpy.mlp import MLP, silu
+from ..numpy.rope import RoPE
 from . import HAVE_NUMBA, SWITCHES, fused
+from .tile_groups import TileGroup
 
 
 def fused_decode_applies(matrix: Linear) -> bool:
@@ -41,15 +44,28 @@ def invariant_applies(matrix: Linear) -> bool:
 class FusedAttention(Attention):
     all_steps = False  # True: prefill too (InvariantAttention)
 
+    def __init__(self, w: dict[str, Any], nh: int, nkv: int, D: int, eps: float, rope: RoPE, kv_bf16: bool = False):
+        super().__init__(w, nh, nkv, D, eps, rope, kv_bf16)
+        self.qkv = TileGroup.of([self.wq, self.wk, self.wv])  # one call for the three, where they tile alike
+
+    def project(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """x [B, S, H] -> q, k, v rows [B·S, out] (the same bits together or one by one: tile_groups.py)."""
+        rows = x.reshape(-1, x.shape[-1])
+        if self.qkv is None:
+            return self.wq(rows), self.wk(rows), self.wv(rows)
+        q, k, v = timed(self.qkv, rows)
+        return q, k, v
+
     def __call__(
         self, x: np.ndarray, tables: tuple[np.ndarray, np.ndarray], cache: Any = None, pad: np.ndarray | None = None
     ) -> np.ndarray:
         B, S, _ = x.shape
         if S != 1 and (not self.all_steps or hasattr(cache, "chunk_mask")):  # a rotating chunk: windowed mask
             return super().__call__(x, tables, cache, pad)
-        q = fused.norm_rope(self.wq(x).reshape(B, S, self.nh, self.D), self.q_norm, self.eps, *tables)
-        k = fused.norm_rope(self.wk(x).reshape(B, S, self.nkv, self.D), self.k_norm, self.eps, *tables)
-        v = self.wv(x).reshape(B, S, self.nkv, self.D)
+        q, k, v = self.project(x)
+        q = fused.norm_rope(q.reshape(B, S, self.nh, self.D), self.q_norm, self.eps, *tables)
+        k = fused.norm_rope(k.reshape(B, S, self.nkv, self.D), self.k_norm, self.eps, *tables)
+        v = v.reshape(B, S, self.nkv, self.D)
         if isinstance(cache, PagedLayer):  # an engine step: B = 1, the N tokens of every sequence in a row
             return self.wo(self._paged_fused(q[0], k[0], v[0], cache).reshape(B, S, self.nh * self.D))
         q, k, v = q.transpose(0, 2, 1, 3), k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)  # [B, heads, S, D]
@@ -84,8 +100,25 @@ class FusedAttention(Attention):
         return fused.attend_rows(q, K, V, rows, bt.tables, st.block_size, bt.starts, bt.context, self.scale)
 
 
+class FusedMLP(MLP):
+    """SwiGLU with gate and up in one call where they tile alike (the same bits: tile_groups.py)."""
+
+    def __init__(self, w: dict[str, Any]):
+        super().__init__(w)
+        self.gate_up = TileGroup.of([self.gate, self.up])
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        if self.gate_up is None:
+            return super().__call__(x)
+        g, u = timed(self.gate_up, x.reshape(-1, x.shape[-1]))
+        return self.down((silu(g) * u).reshape(*x.shape[:-1], -1))
+
+
 class FusedBlock(Block):
     all_steps = False
+
+    def __init__(self, w: dict[str, Any], attention: Attention, eps: float, mlp: Any = None):
+        super().__init__(w, attention, eps, FusedMLP(w) if mlp is None else mlp)  # mlp: a MoE layer's experts
 
     def norm(self, x: np.ndarray, w: np.ndarray) -> np.ndarray:
         return fused.rms_norm(x, w, self.eps) if x.shape[1] == 1 or self.all_steps else super().norm(x, w)

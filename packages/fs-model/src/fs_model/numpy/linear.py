@@ -17,7 +17,7 @@ import contextlib
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -43,7 +43,10 @@ def time_matmuls() -> Iterator[MatmulTime]:
         _timer.remove(t)
 
 
-def timed(matmul: Callable[..., np.ndarray], *args: Any) -> np.ndarray:
+T = TypeVar("T")
+
+
+def timed(matmul: Callable[..., T], *args: Any) -> T:
     """``matmul(*args)``, counted and timed when a ``time_matmuls`` block is active (every layer's product goes
     through here, and so does any kernel that multiplies several layers' weights in one call)."""
     if not _timer:
