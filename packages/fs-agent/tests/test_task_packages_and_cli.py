@@ -286,3 +286,32 @@ def test_the_demo_model_reaches_a_checkpoint_under_tool_choice_required_and_fork
     assert text.count("evaluation: ") == 2
     assert sorted(p.name for p in (run_dir / "branches").iterdir()) == ["answer", "read"]
     assert main([*run, "--tool-choice", "required", "--no-constrain", "x"], io.StringIO(), io.StringIO()) == 2
+
+
+def test_a_saved_run_records_how_the_model_was_loaded_and_fork_loads_it_so(tmp_path):
+    """fs-generate's load flags on every subcommand: `run --quantize int4 --adapter-path A` saves them in run.json,
+    `fork` without --model loads the model the same way (the saved prefix fits it), and a fork that loads it another
+    way is refused at the prefix, not handed K/V another model computed."""
+    from fs_generate.demo import demo_model_path
+    from fs_weights.random_adapter import write_random_adapter
+
+    adapter = write_random_adapter(demo_model_path(), tmp_path / "adapters", rank=4, num_layers=1)
+    ws, run_dir, case = tmp_path / "ws", tmp_path / "run", tmp_path / "case.json"
+    ws.mkdir()
+    (ws / "app.py").write_text("answer = 1\n")
+    case.write_text('{"final_contains": "2"}')
+    flags = ["--quantize", "int4", "--adapter-path", str(adapter)]
+    run = ["run", "--root", str(ws), "--save-run", str(run_dir), "--max-steps", "3", "--tool-choice", "required"]
+    assert main([*run, *flags, "Read app.py"], io.StringIO(), io.StringIO()) == 0
+    meta = json.loads((run_dir / "run.json").read_text())
+    assert (meta["quantize"], meta["adapter_path"], meta["dtype"]) == ("int4", str(adapter), None)
+    fork = ["fork", str(run_dir), "--branch", "a=Answer now.", "--case", str(case), "--max-steps", "1"]
+    out = io.StringIO()
+    assert main([*fork, "--max-tokens", "16"], io.StringIO(), out) == 0
+    assert "prefix> loaded " in out.getvalue()  # the same weights, loaded the same way: the prefix fits
+    err = io.StringIO()
+    import contextlib
+
+    with contextlib.redirect_stderr(err):
+        code = main([*fork, "--overwrite", "--model", meta["model"]], io.StringIO(), io.StringIO())
+    assert code != 0 and "prefix" in err.getvalue()  # bf16 without the adapter: the saved K/V are not its own

@@ -81,11 +81,14 @@ def action_schema_for(args: argparse.Namespace, allow_writes: bool | None = None
     return action_schema(tools_for(writes, bool(getattr(args, "allow_command", ()))), final=not required)
 
 
-def prefix_identity(checkpoint_id: str, model: Any, tok: Any) -> str:
-    """What a saved prefix is only valid for: this checkpoint, these weights, this tokenizer."""
+def prefix_identity(checkpoint_id: str, model: Any, tok: Any, args: argparse.Namespace) -> str:
+    """What a saved prefix is only valid for: this checkpoint, these weights (an adapter's digest included) loaded
+    the same way (the K/V an int4 copy computed are not the bf16 model's), this tokenizer."""
+    flags = load_flags(args)
     return identity_string(
         checkpoint=checkpoint_id,
         weights=getattr(model, "weights_digest", ""),
+        loaded=f"dtype={flags['dtype']} quantize={flags['quantize']}",
         tokenizer=getattr(tok, "digest", ""),
     )
 
@@ -95,7 +98,14 @@ def load_for(args: argparse.Namespace) -> tuple[Any, Any]:
     from fs_model.cpu import set_threads
 
     set_threads(args.threads)
-    return load(args.model, backend=args.backend)
+    return load(args.model, backend=args.backend, **load_flags(args))
+
+
+LOAD_FLAGS = ("dtype", "quantize", "adapter_path")  # how the weights are loaded; a saved run records them
+
+
+def load_flags(args: argparse.Namespace) -> dict[str, Any]:
+    return {k: getattr(args, k, None) for k in LOAD_FLAGS}
 
 
 def print_event(out: TextIO) -> Any:

@@ -73,6 +73,9 @@ def _run_meta(run_dir: Path) -> dict[str, Any]:
     ok = isinstance(d, dict) and isinstance(d.get("root"), str) and isinstance(d.get("model"), str)
     if not ok or not isinstance(d.get("receipt_log"), str | None):
         raise AgentError(f"{path}: must be an object with string 'root' and 'model' (and 'receipt_log' or null)")
+    for k in common.LOAD_FLAGS:  # absent in runs saved before they were recorded: loaded as the defaults
+        if not isinstance(d.get(k), str | None):
+            raise AgentError(f"{path}: {k!r} must be a string or null, got {d[k]!r:.40}")
     return d
 
 
@@ -110,13 +113,16 @@ def cmd_fork(args: argparse.Namespace, stdin: TextIO, out: TextIO) -> int:
     specs = [spec.partition("=") for spec in args.branch]
     for name, _, _ in specs:  # every name checked before any model is loaded or directory touched
         check_branch_name(name)
-    args.model = args.model or meta["model"]
+    if args.model is None:  # the saved run's model, loaded as it was
+        args.model = meta["model"]
+        for k in common.LOAD_FLAGS:
+            setattr(args, k, getattr(args, k) or meta.get(k))
     model, tok = common.load_for(args)
     base = KvPrefixGenerator(
         model, tok, args.max_tokens, args.enable_thinking, common.action_schema_for(args), args.lookup
     )
     if (run_dir / "prefix.safetensors").exists() and args.backend == "numpy":
-        identity = common.prefix_identity(cp.checkpoint_id, model, tok)
+        identity = common.prefix_identity(cp.checkpoint_id, model, tok, args)
         tokens, kv, _ = load_prompt_cache(run_dir / "prefix.safetensors", identity)
         if tuple(tokens) != cp.model.cached_token_ids:
             raise AgentError("prefix.safetensors does not hold the checkpoint's tokens")

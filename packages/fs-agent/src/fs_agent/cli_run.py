@@ -45,9 +45,10 @@ def cmd_run(args: argparse.Namespace, stdin: TextIO, out: TextIO) -> int:
         save_agent_checkpoint(cp, run_dir / "checkpoint.json")
         state = first.prefix.prefix_state
         if state is not None and all(isinstance(k, np.ndarray) for k, _ in state[1]):
-            identity = common.prefix_identity(cp.checkpoint_id, model, tok)
+            identity = common.prefix_identity(cp.checkpoint_id, model, tok, args)
             save_prompt_cache(run_dir / "prefix.safetensors", list(state[0]), list(state[1]), identity)
         meta = {"root": str(ws.policy.root), "model": args.model, "receipt_log": args.receipt_log}
+        meta |= common.load_flags(args)  # fork loads the model the same way
         write_atomic(run_dir / "run.json", json.dumps(meta, indent=2) + "\n")
         print(f"checkpoint> {cp.checkpoint_id} saved in {run_dir}", file=out)
         return 0
