@@ -139,3 +139,19 @@ def test_yarn_survives_the_trip_through_gguf_and_unknown_scaling_keys_are_refuse
     w.write_header_to_file(), w.write_kv_data_to_file(), w.write_tensors_to_file(), w.close()
     with pytest.raises(ModelError, match="'qwen3.rope.scaling.yarn_log_multiplier' is not supported"):
         load_model(tmp_path / "logmul.gguf")
+
+
+@pytest.mark.parametrize("ggml_type", ["F32", "Q8_0"])
+def test_a_lora_adapter_applies_to_a_gguf_file_as_to_its_source(sources, exported, tmp_path, ggml_type):
+    """--adapter-path with a .gguf model: a float file gives the source's adapted logits bit for bit; a Q8_0 file's
+    adapted weights become bf16 from the blocks' exact values (fs_weights/adapted.py), within its quantization."""
+    from fs_weights.random_adapter import write_random_adapter
+
+    src = sources[ggml_type]
+    adapter = str(write_random_adapter(src, tmp_path / "adapters", rank=4, num_layers=1))
+    got = np.asarray(load(str(exported(ggml_type)), adapter_path=adapter)[0].forward(IDS))
+    want = np.asarray(load(str(src), dtype="float32", adapter_path=adapter)[0].forward(IDS))
+    plain = np.asarray(load(str(exported(ggml_type)))[0].forward(IDS))
+    err = np.abs(got - want).max() / np.abs(want).max()
+    assert (err == 0) if ggml_type == "F32" else (err < 0.05)
+    assert np.abs(plain - want).max() / np.abs(want).max() > 2 * max(err, 0.01)  # the adapter is what moved them
