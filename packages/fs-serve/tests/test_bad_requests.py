@@ -47,6 +47,7 @@ def error(r, status):
         (GOOD | {"reasoning_effort": "low"}, 400, "reasoning_effort"),  # not implemented: refused, not ignored
         (GOOD | {"prediction": {"type": "content", "content": "x"}}, 400, "prediction"),
         (GOOD | {"store": True}, 400, "store"),
+        (GOOD | {"adapters": "adapters/"}, 400, "adapters"),  # mlx_lm.server's per-request LoRA: one, at start
         (GOOD | {"grammar": 'root ::= "a"', "response_format": {"type": "json_object"}}, 400, "response_format"),
         (GOOD | {"grammar": "root ::= ("}, 400, "grammar"),
         (GOOD | {"json_schema": {"type": "nope"}}, 400, "json_schema"),

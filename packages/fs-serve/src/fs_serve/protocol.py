@@ -137,6 +137,7 @@ class Sampling(Model):
     prompt_cache_key: str | None = None  # fs caches every prompt's prefix blocks
     cache_prompt: bool | None = None  # llama-server's; the same
     store: bool | None = None  # true asks OpenAI to keep the answer; fs keeps nothing (refused)
+    adapters: str | None = None  # mlx_lm.server's per-request LoRA adapter (refused: one adapter, fused at load)
 
     @model_validator(mode="after")
     def _unsupported(self) -> "Sampling":
@@ -144,6 +145,11 @@ class Sampling(Model):
             raise ValueError("stop strings must be non-empty")
         if self.store:
             raise ValueError("store true is not supported: fs-serve keeps no responses")
+        if self.adapters is not None:
+            raise ValueError(
+                "adapters (a per-request LoRA adapter) is not supported: fs-serve fuses one adapter into the weights "
+                "at start (fs-serve --adapter-path DIR); run one server per adapter"
+            )
         for token in self.logit_bias or {}:
             if not token.isdigit() or len(token) > 9:
                 raise ValueError(f"logit_bias keys must be token ids as decimal strings, got {token!r}")
