@@ -88,3 +88,24 @@ def test_fs_fuse_matches_mlx_lm_fuse(tmp_path, reference):
         operand = np.maximum(np.maximum(np.abs(w), np.abs(want - w)), np.abs(want))
         ulp = 2.0 ** (np.floor(np.log2(np.maximum(operand, 1e-30))) - 7)
         assert (np.abs(got - want) <= ulp).all() and (got == want).mean() > 0.8, name
+
+
+@pytest.mark.parametrize("backend", ["numpy", "mlx"])
+def test_a_full_fine_tune_replaces_the_trained_layers_tensors(tmp_path, reference, backend):
+    """mlx_lm.lora --fine-tune-type full: the last layer unfrozen, its tensors (matrices and norms) saved as trained;
+    fs loads them in place of the base's and equals mlx-lm's model holding them."""
+    mx = reference("mlx.core")
+    tree_flatten = reference("mlx.utils").tree_flatten
+    d = write_random_checkpoint(tmp_path / "m", config(), dtype="float32", seed=5)
+    ref, _ = reference("mlx_lm.utils").load_model(d)
+    ref.freeze()
+    ref.model.layers[-1].unfreeze()
+    mx.random.seed(3)
+    trained = {k: v + 0.05 * mx.random.normal(v.shape) for k, v in tree_flatten(ref.trainable_parameters())}
+    ref.load_weights(list(trained.items()), strict=False)
+    (tmp_path / "a").mkdir()
+    mx.save_safetensors(str(tmp_path / "a" / "adapters.safetensors"), trained)
+    (tmp_path / "a" / "adapter_config.json").write_text(json.dumps({"fine_tune_type": "full", "num_layers": 1}))
+    assert any(k.endswith("input_layernorm.weight") for k in trained)  # norms are trained too
+    got = np.asarray(load_model(d, backend=backend, dtype="float32", adapter_path=tmp_path / "a").forward(IDS))
+    assert rel_err(got, logits(reference, ref)) <= 1e-5

@@ -35,10 +35,9 @@ class AdaptedCheckpoint(Checkpoint):
             )
         self.codes: dict[str, str] = {}  # adapted weight -> the dtype it is stored as now
         for name, update in adapter.updates.items():
-            shape = base.logical_shape(name)
-            if shape != (update.B.shape[0], update.A.shape[1]):
+            if base.logical_shape(name) != update.shape:
                 raise AdapterError(
-                    f"{adapter.path}: the update for {name!r} is {[update.B.shape[0], update.A.shape[1]]}; "
+                    f"{adapter.path}: the update for {name!r} is {list(update.shape)}; "
                     f"{base.source} has it as {list(base.logical_shape(name))}"
                 )
             self.codes[name] = QUANTIZED_AS if base.is_quantized(name) else base.info(name).dtype

@@ -8,6 +8,8 @@ mlx-lm stores ``lora_a`` [in, r] and ``lora_b`` [r, out] (``x @ lora_a @ lora_b`
 PEFT stores ``lora_A.weight`` [r, in] and ``lora_B.weight`` [out, r] with ``scale = lora_alpha / r`` (or
 ``lora_alpha / sqrt(r)`` with ``use_rslora``). Only what the file holds is applied: mlx-lm's LoRA layers without
 saved values start with ``lora_b = 0`` and change nothing, so ``num_layers`` and ``keys`` add nothing to it.
+A full fine-tune (mlx-lm's ``fine_tune_type: full``) holds the trained layers' tensors themselves (matrices and
+norms, under the model's names), and they replace the base's.
 """
 
 import hashlib
@@ -27,7 +29,7 @@ from .jsonfile import read_json
 from .safetensors import SafetensorsFile
 
 CONFIG, MLX_FILE, PEFT_FILE = "adapter_config.json", "adapters.safetensors", "adapter_model.safetensors"
-TYPES = ("lora", "dora")  # fine_tune_type values applied; "full" (whole weights) is refused with its route
+TYPES = ("lora", "dora", "full")  # mlx-lm's fine_tune_type values; "full" holds the trained tensors themselves
 # mlx-lm's stacked MoE experts: one lora pair per expert, [E, r, in] and [E, out, r]
 SWITCH = re.compile(r"(.+\.mlp)\.switch_mlp\.(gate_proj|up_proj|down_proj)$")
 
@@ -45,12 +47,14 @@ class LowRank:
     scale: float
     m: np.ndarray | None = None  # [out] float32: DoRA's magnitudes
 
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return (self.B.shape[0], self.A.shape[1])
+
     def apply(self, w: np.ndarray) -> np.ndarray:
         """``w`` [out, in] as float32 -> the adapted weight, in float32 (the one rounding is the caller's)."""
-        if w.shape != (self.B.shape[0], self.A.shape[1]):
-            raise AdapterError(
-                f"the adapter's update is {[self.B.shape[0], self.A.shape[1]]}; the weight is {list(w.shape)}"
-            )
+        if w.shape != self.shape:
+            raise AdapterError(f"the adapter's update is {list(self.shape)}; the weight is {list(w.shape)}")
         fused = w + (np.float32(self.scale) * self.B) @ self.A
         if self.m is not None:
             fused *= (self.m / np.linalg.norm(fused, axis=1))[:, None]
@@ -58,15 +62,30 @@ class LowRank:
 
 
 @dataclass(frozen=True)
-class Adapter:
-    path: Path
-    kind: str  # "lora" or "dora"
-    updates: dict[str, LowRank] = field(repr=False)  # fs's weight name ("...q_proj.weight") -> its update
-    digest: str = ""  # SHA-256 of the config and weight files: part of the adapted model's identity
+class Replacement:
+    """A full fine-tune's tensor (mlx-lm's ``fine_tune_type: full``): the trained values replace the base's."""
+
+    values: np.ndarray  # float32, the tensor's shape
 
     @property
-    def rank(self) -> int:
-        return max(u.A.shape[0] for u in self.updates.values())
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.values.shape)
+
+    def apply(self, w: np.ndarray) -> np.ndarray:
+        if w.shape != self.shape:
+            raise AdapterError(f"the adapter's tensor is {list(self.shape)}; the weight is {list(w.shape)}")
+        return self.values
+
+
+Update = LowRank | Replacement
+
+
+@dataclass(frozen=True)
+class Adapter:
+    path: Path
+    kind: str  # "lora", "dora" or "full"
+    updates: dict[str, Update] = field(repr=False)  # fs's tensor name ("...q_proj.weight") -> its update
+    digest: str = ""  # SHA-256 of the config and weight files: part of the adapted model's identity
 
 
 def load_adapter(path: str | os.PathLike[str]) -> Adapter:
@@ -94,13 +113,10 @@ def load_adapter(path: str | os.PathLike[str]) -> Adapter:
     return Adapter(p, kind, updates, h.hexdigest())
 
 
-def _mlx(p: Path, cfg: dict[str, Any]) -> tuple[str, dict[str, LowRank]]:
+def _mlx(p: Path, cfg: dict[str, Any]) -> tuple[str, dict[str, Update]]:
     kind = cfg.get("fine_tune_type", "dora" if cfg.get("use_dora") else "lora")
-    if kind == "full":
-        raise AdapterError(
-            f"{p / CONFIG}: fine_tune_type 'full' holds whole weights, not a low-rank update; fuse it "
-            "(mlx_lm.fuse --model BASE --adapter-path DIR) and pass the fused directory as --model"
-        )
+    if kind == "full":  # the trained layers' tensors themselves, under the model's names
+        return kind, {name: Replacement(t) for name, t in _tensors(p / MLX_FILE).items()}
     if kind not in TYPES:
         raise AdapterError(f"{p / CONFIG}: fine_tune_type {kind!r} is not one of {', '.join(TYPES)}")
     params = cfg.get("lora_parameters")
@@ -108,7 +124,7 @@ def _mlx(p: Path, cfg: dict[str, Any]) -> tuple[str, dict[str, LowRank]]:
         raise AdapterError(f"{p / CONFIG}: 'lora_parameters' must be an object with a numeric 'scale'")
     scale = float(params["scale"])
     t = _tensors(p / MLX_FILE)
-    updates: dict[str, LowRank] = {}
+    updates: dict[str, Update] = {}
     for module in sorted({n.rsplit(".", 1)[0] for n in t}):
         a, b, m = (t.pop(f"{module}.{s}", None) for s in ("lora_a", "lora_b", "m"))
         if a is None or b is None:
@@ -127,7 +143,7 @@ def _mlx(p: Path, cfg: dict[str, Any]) -> tuple[str, dict[str, LowRank]]:
     return kind, updates
 
 
-def _peft(p: Path, cfg: dict[str, Any]) -> tuple[str, dict[str, LowRank]]:
+def _peft(p: Path, cfg: dict[str, Any]) -> tuple[str, dict[str, Update]]:
     where = p / CONFIG
     if str(cfg.get("peft_type", "LORA")).upper() != "LORA":
         raise AdapterError(f"{where}: peft_type {cfg.get('peft_type')!r} is not LORA")
@@ -142,7 +158,7 @@ def _peft(p: Path, cfg: dict[str, Any]) -> tuple[str, dict[str, LowRank]]:
         raise AdapterError(f"{where}: 'r' (a positive integer) and 'lora_alpha' (a number) are required")
     scale = alpha / math.sqrt(r) if cfg.get("use_rslora") else alpha / r
     t = _tensors(p / PEFT_FILE)
-    updates: dict[str, LowRank] = {}
+    updates: dict[str, Update] = {}
     for name in sorted(n for n in t if n.endswith(".lora_A.weight")):
         module = name.removesuffix(".lora_A.weight")
         a, b = t.pop(name), t.pop(module + ".lora_B.weight", None)
