@@ -23,9 +23,8 @@ tokens before any block is published to the prefix cache.
 
 import dataclasses
 import logging
-import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
@@ -35,6 +34,7 @@ from fs_kvcache import BlockPrefixCache, PagedBatch, identity_string
 
 from .embedding import embed as embed_rows
 from .engine_drafts import EngineDrafts
+from .engine_loop import EngineLoop
 from .errors import ConstraintError, GenerateError
 from .generate import Generator
 from .kv_budget import block_pool
@@ -47,7 +47,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-class Engine:
+class Engine(EngineLoop):
     def __init__(
         self,
         model: Any,
@@ -80,14 +80,9 @@ class Engine:
         )
         self.prefix = BlockPrefixCache(self.pool, identity) if prefix_cache else None
         self.scheduler = Scheduler(self.pool, self.prefix, self.store.copy, max_batch, max_step_tokens)
-        self._lock = threading.Lock()  # guards _incoming and _cancels (any thread)
-        self._step_lock = threading.Lock()  # one step at a time, whoever runs it
+        EngineLoop.__init__(self)
         self._incoming: list[Request] = []
         self._cancels: list[Request] = []
-        self._calls: list[Callable[[], None]] = []  # work for the engine's thread between steps (score)
-        self._wake = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._stopping = False
         self._ids = 0
         self.counters = dict(forward_passes=0, prefill_tokens=0, decode_tokens=0, finished=0, cancelled=0, failed=0,
                              drafted_tokens=0, accepted_tokens=0)  # fmt: skip
@@ -172,25 +167,6 @@ class Engine:
         """``embedding.embed`` on this engine's model, between two steps as ``score`` is."""
         ids: list[list[int]] = [list(r) for r in rows]
         return self.between_steps(lambda: embed_rows(self.model, ids, dimensions))
-
-    def between_steps(self, work: Callable[[], T]) -> "Future[T]":
-        """Run ``work`` in the engine's thread before its next step (here and now when no thread runs it)."""
-        done: Future[T] = Future()
-
-        def call() -> None:
-            try:
-                done.set_result(work())
-            except Exception as e:  # delivered to the caller, never the engine's loop
-                done.set_exception(e)
-
-        if not self.running_in_background():
-            with self._step_lock:
-                call()
-            return done
-        with self._lock:
-            self._calls.append(call)
-        self._wake.set()
-        return done
 
     def _request(self, rid: int, gen: Generator) -> Request:
         handle = RequestHandle(self.step, self.running_in_background, lambda: self._cancel(req))
@@ -316,48 +292,10 @@ class Engine:
         self.counters["failed" if error else "cancelled" if cancelled else "finished"] += 1
         r.handle._finish(None if error else res, error)
 
-    def run_until_idle(self) -> None:
-        while self.step():
-            pass
-
-    # --- a background thread --------------------------------------------------------------------------------
-
-    def running_in_background(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
-
-    def start(self) -> None:
-        """Run the loop in a daemon thread; ``submit`` from any thread, ``result``/``stream`` wait on it."""
-        if self.running_in_background():
-            return
-        self._stopping = False
-        self._thread = threading.Thread(target=self._loop, name="fs-engine", daemon=True)
-        self._thread.start()
-
-    def _loop(self) -> None:
-        while not self._stopping:
-            self._wake.clear()
-            try:
-                busy = self.step()
-            except Exception:  # a bug must not leave every waiting caller hanging
-                log.exception("engine loop failed; failing the requests in flight")
-                self._fail_all("the engine failed; see its log")
-                busy = False
-            if not busy:
-                self._wake.wait(0.05)
-
     def _fail_all(self, why: str) -> None:
         with self._step_lock:
             for r in [*self.scheduler.running, *self.scheduler.waiting]:
                 self._finish(r, error=why)
-
-    def stop(self) -> None:
-        """Stop the background thread after its current step; requests in flight stay queued (``result`` steps
-        them, or ``start`` again)."""
-        self._stopping = True
-        self._wake.set()
-        if self._thread is not None:
-            self._thread.join()
-        self._thread = None
 
     # --- what it is doing -----------------------------------------------------------------------------------
 
