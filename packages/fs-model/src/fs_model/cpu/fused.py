@@ -336,8 +336,10 @@ def norm_rope(x: np.ndarray, w: np.ndarray, eps: float, cos: np.ndarray, sin: np
     B, S, nh, D = x4.shape
     half = D // 2
     rows = cos.shape[0] if cos.ndim == 4 else 1
-    cos = np.broadcast_to(cos.reshape(rows, S, half), (B, S, half)).reshape(B * S, half)
-    sin = np.broadcast_to(sin.reshape(rows, S, half), (B, S, half)).reshape(B * S, half)
+    if rows != B:  # positions shared by every row (a decode batch at one offset): the same table for each
+        cos = np.broadcast_to(cos.reshape(rows, S, half), (B, S, half))
+        sin = np.broadcast_to(sin.reshape(rows, S, half), (B, S, half))
+    cos, sin = cos.reshape(B * S, half), sin.reshape(B * S, half)
     out = np.empty((B * S, nh, D), np.float32)
     flat = np.ascontiguousarray(x4.reshape(B * S, nh, D), dtype=np.float32)
     _norm_rope(flat, w, np.float32(eps), np.ascontiguousarray(cos), np.ascontiguousarray(sin), out)
