@@ -400,6 +400,28 @@ def test_an_existing_branch_needs_overwrite_and_fs_made_it(saved_run, capsys):
     assert "was not created by fs-agent fork" in capsys.readouterr().err and (foreign / "data").exists()
 
 
+@pytest.mark.parametrize(
+    "branches,extra,words",
+    [
+        (["a"], [], "expected NAME[:CHOICE]=STEERING with a non-empty steering message"),
+        (["a= "], [], "expected NAME[:CHOICE]=STEERING"),
+        (["a:rm=go"], [], "tool choice 'rm': use auto, required, none or an enabled tool (list_files, read_file)"),
+        (["a:write_file=go"], [], "tool choice 'write_file'"),  # not enabled without --allow-writes
+        (["a=x", "a=y"], [], "--branch names must differ"),
+        (["a=x"], ["--select", "b"], "--select 'b' names no --branch (a)"),
+        (["a:none=x"], [], "a tool choice works through the action schema: drop --no-constrain"),
+    ],
+)
+def test_bad_branch_specs_are_refused_before_anything_runs(saved_run, capsys, branches, extra, words):
+    """Every --branch is checked (name, steering, first-step tool choice against the enabled tools) and --select
+    against the names before a model loads or a branch directory is made."""
+    run, _, tmp_path = saved_run
+    assert fork(run, tmp_path, *branches, extra=extra) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("fs-agent: error: ") and words in err and "Traceback" not in err
+    assert not (run / "branches" / "a").exists()
+
+
 def test_a_prefix_saved_with_other_weights_is_refused(saved_run, capsys):
     run, model, tmp_path = saved_run
     model.weights_digest = "b" * 64  # same shapes, other weights
@@ -411,10 +433,12 @@ def test_a_prefix_saved_with_other_weights_is_refused(saved_run, capsys):
     "case,words",
     [
         ({"final_contains": "x", "files": [{"path": "a"}]}, "files[0] must be an object with keys content, path"),
-        ({"final_contains": 5}, "must be an object with a string 'final_contains'"),
+        ({"final_contains": 5}, "must be an object ('final_contains', where given, a string)"),
+        ({"final_contains": " "}, "final substring must not be blank"),
+        ({}, "an evaluation case must expect something: final_contains, files, results or receipts"),
         ({"final_contains": "x", "receipts": [{"tool": "t"}]}, "receipts[0] must be an object with keys"),
         ({"final_contains": "x", "extra": 1}, "unknown keys ['extra']"),
-        ([1], "must be an object with a string 'final_contains'"),
+        ([1], "must be an object ('final_contains', where given, a string)"),
     ],
 )
 def test_bad_case_files_are_one_error_line(saved_run, capsys, case, words):

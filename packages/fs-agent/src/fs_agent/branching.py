@@ -1,5 +1,6 @@
 """Fork, steer and select: branches that share one immutable KV prefix of a real model, each run and evaluated."""
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -9,7 +10,7 @@ from fs_kvcache import DenseKVCache
 from .checkpoint import AgentCheckpoint, ModelCheckpoint
 from .evaluation import EvaluationCase, EvaluationReport, evaluate_run
 from .generation import PROMPT_LOOKUP, greedy_decode
-from .loop import AgentLimits, AgentRun
+from .loop import AgentEvent, AgentLimits, AgentRun
 from .protocol import AgentError, Message
 from .steering import resume_with_steering
 
@@ -182,10 +183,11 @@ def run_branch(
     receipts: Any,
     case: EvaluationCase,
     limits: AgentLimits | None = None,
+    on_event: Callable[[AgentEvent], None] | None = None,
 ) -> BranchOutcome:
     if not isinstance(name, str) or not name.strip():
         raise ValueError("branch name must not be blank")
-    run = resume_with_steering(checkpoint, steering, generate, workspace, limits)
+    run = resume_with_steering(checkpoint, steering, generate, workspace, limits, on_event)
     report = evaluate_run(run, workspace, receipts, case)
     reuse = getattr(generate, "reuse", None)
     if not isinstance(reuse, PrefixReuse):
@@ -200,5 +202,6 @@ def select_branch(outcomes: Any, selected_name: str) -> BranchOutcome:
     if len(hits) != 1:
         raise AgentError("selected branch name must match exactly one outcome")
     if not hits[0].report.passed:
-        raise AgentError("selected branch must pass evaluation")
+        failed = ", ".join(c.name for c in hits[0].report.checks if not c.passed)
+        raise AgentError(f"selected branch must pass evaluation: {selected_name!r} failed {failed}")
     return hits[0]

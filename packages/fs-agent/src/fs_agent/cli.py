@@ -1,6 +1,8 @@
-"""``fs-agent run | fork | eval | receipts``: the agent on a real model, with an operator at the approval prompt.
+"""``fs-agent run | fork | eval | receipts | walkthrough``: the agent on a real model, with an operator at the approval
+prompt.
 
-The subcommands live in ``cli_run`` (run, eval) and ``cli_fork`` (fork); what they set up alike in ``cli_common``."""
+The subcommands live in ``cli_run`` (run, eval), ``cli_fork`` (fork) and ``cli_walkthrough``; what they set up alike
+in ``cli_common``."""
 
 import argparse
 import sys
@@ -18,6 +20,7 @@ from . import __version__
 from .cli_common import DEFAULT_RECEIPT_LOG, ask
 from .cli_fork import CASE_FORMAT, cmd_fork
 from .cli_run import cmd_eval, cmd_run
+from .cli_walkthrough import WALKTHROUGH, cmd_walkthrough
 from .generation import PROMPT_LOOKUP
 from .protocol import AgentError
 from .receipts import ReceiptStore, repair_log
@@ -79,6 +82,12 @@ def parser() -> argparse.ArgumentParser:
             p.add_argument("--allow-writes", action="store_true")
             p.add_argument("--allow-command", action="append", default=[], help="an exact command line (shlex)")
             p.add_argument(
+                "--yes",
+                action="store_true",
+                help="approve every action the policy allows without asking (writes with --allow-writes, the exact "
+                "--allow-command lines); default: ask at the terminal",
+            )
+            p.add_argument(
                 "--receipt-log",
                 help=f"workspace-relative path of the receipt log (default {DEFAULT_RECEIPT_LOG}); "
                 "no tool can read or write it",
@@ -105,9 +114,16 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("task", nargs="+", help="the task, in words")
     fork.add_argument("run_dir", help="the directory `fs-agent run --save-run` wrote")
     fork.add_argument("--model", help="the model (default: the one the saved run used, with its load flags)")
-    fork.add_argument("--branch", action="append", required=True, help="NAME=steering text (repeatable)")
+    fork.add_argument(
+        "--branch",
+        action="append",
+        required=True,
+        metavar="NAME[:CHOICE]=STEERING",
+        help="a branch: its name, the steering message it resumes with and, optionally, the tool choice of its first "
+        "step (auto, required, none or a tool's name, as OpenAI's tool_choice; then auto). Repeatable",
+    )
     fork.add_argument("--case", required=True, help="evaluation case JSON (format below)")
-    fork.add_argument("--select", help="the branch to select (must pass)")
+    fork.add_argument("--select", help="the branch to keep (it must pass): written to RUN_DIR/selected.json")
     fork.add_argument("--overwrite", action="store_true", help="replace branch directories an earlier fork created")
     ev.add_argument(
         "package",
@@ -116,6 +132,13 @@ def parser() -> argparse.ArgumentParser:
     )
     ev.add_argument("--model", help="run the agent with this model (default: fs-generate's demo model, as run)")
     ev.add_argument("--baseline", action="store_true", help="grade the untouched workspace (no model; it must fail)")
+    wt = sub.add_parser(
+        "walkthrough",
+        help="run -> fork -> select on the demo model in DIR, printing each command",
+        description=WALKTHROUGH,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    wt.add_argument("dir", nargs="?", default="fs-agent-walkthrough", help="a new or empty directory")
     rc = sub.add_parser("receipts", help="verify a receipt log, or drop its torn last line")
     rc.add_argument("action", choices=["verify", "repair"])
     rc.add_argument("log", help="path of the receipt log")
@@ -141,7 +164,13 @@ KNOWN_ERRORS = (
     WeightsError,
     OSError,
 )
-COMMANDS = {"run": cmd_run, "fork": cmd_fork, "eval": cmd_eval, "receipts": cmd_receipts}
+COMMANDS = {
+    "run": cmd_run,
+    "fork": cmd_fork,
+    "eval": cmd_eval,
+    "receipts": cmd_receipts,
+    "walkthrough": cmd_walkthrough,
+}
 
 
 def main(argv: list[str] | None = None, stdin: TextIO | None = None, out: TextIO | None = None) -> int:

@@ -10,9 +10,10 @@ from fs_kvcache import identity_string
 
 from .confined import STATE_DIR
 from .loop import AgentEvent
-from .protocol import AgentError, ToolAction, action_json, action_schema
+from .protocol import AgentError, ToolAction, action_json
 from .receipts import ReceiptStore
-from .workspace import ApprovalDecision, ToolPolicy, Workspace, tools_for
+from .tool_choice import ActionSchemas
+from .workspace import ApprovalDecision, ToolPolicy, Workspace
 
 COMMAND_WARNINGS = (
     "warning: commands are not confined by the workspace boundary",
@@ -21,14 +22,19 @@ COMMAND_WARNINGS = (
 )
 
 
-def ask(stdin: TextIO, out: TextIO) -> Any:
-    """The interactive approval: non-TTY or EOF denies, y/yes approves, anything else is a denial with a reason."""
+def ask(stdin: TextIO, out: TextIO, yes: bool = False) -> Any:
+    """The interactive approval: non-TTY or EOF denies, y/yes approves, anything else is a denial with a reason.
+    ``yes`` (``--yes``) approves every action the policy allows without asking; the policy still decides what that
+    is (writes only with --allow-writes, commands only the exact --allow-command lines)."""
 
     def confirm(action: ToolAction) -> Any:
         print(f"approval requested> {action_json(action)}", file=out)
         if action.tool == "run_command":
             for w in COMMAND_WARNINGS:
                 print(w, file=out)
+        if yes:
+            print("approval> approved (--yes)", file=out)
+            return True
         if not stdin.isatty():
             print("approval> denied (standard input is not a terminal)", file=out)
             return False
@@ -66,19 +72,22 @@ def workspace_for(args: argparse.Namespace, root: Path, stdin: TextIO, out: Text
         log.parent.mkdir(mode=0o700, exist_ok=True)
     if not log.parent.is_dir() or log.parent.is_symlink():
         raise AgentError(f"--receipt-log: parent directory {log.parent} does not exist")
-    return Workspace(policy, confirm_tool=ask(stdin, out), receipt_store=ReceiptStore(log))
+    return Workspace(policy, confirm_tool=ask(stdin, out, getattr(args, "yes", False)), receipt_store=ReceiptStore(log))
 
 
-def action_schema_for(args: argparse.Namespace, allow_writes: bool | None = None) -> Any:
-    """The JSON schema every action is decoded under (the tools this run's policy offers), None with
-    ``--no-constrain``: the one place run, fork and eval decide it."""
-    required = getattr(args, "tool_choice", "auto") == "required"
-    if args.no_constrain:
-        if required:
-            raise AgentError("--tool-choice required works through the action schema: drop --no-constrain")
-        return None
-    writes = args.allow_writes if allow_writes is None else allow_writes
-    return action_schema(tools_for(writes, bool(getattr(args, "allow_command", ()))), final=not required)
+def action_schemas(args: argparse.Namespace, ws: Workspace, first: str | None = None) -> Any:
+    """What each response is decoded under (``tool_choice.ActionSchemas``: the tools ``ws`` offers, its paths and
+    commands; ``first`` for the next response only), or None with ``--no-constrain``: the one place run, fork and
+    eval decide it."""
+    choice = getattr(args, "tool_choice", "auto")
+    check_constrained(args, first)
+    return None if args.no_constrain else ActionSchemas(ws, choice, first)
+
+
+def check_constrained(args: argparse.Namespace, *choices: str | None) -> None:
+    """A tool choice other than auto is enforced through the action schema: refused with ``--no-constrain``."""
+    if args.no_constrain and any(c not in (None, "auto") for c in (getattr(args, "tool_choice", "auto"), *choices)):
+        raise AgentError("a tool choice works through the action schema: drop --no-constrain")
 
 
 def prefix_identity(checkpoint_id: str, model: Any, tok: Any, args: argparse.Namespace) -> str:

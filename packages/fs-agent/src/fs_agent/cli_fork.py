@@ -2,12 +2,15 @@
 against an evaluation case (``--case``: its format is ``CASE_FORMAT``), the one ``--select`` names kept."""
 
 import argparse
+import json
 import re
 import shutil
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, TextIO
 
 from fs_kvcache import load_prompt_cache
+from fs_weights.atomic import write_atomic
 from fs_weights.jsonfile import read_json
 
 from . import cli_common as common
@@ -18,12 +21,14 @@ from .evaluation import EvaluationCase, FileExpectation, ReceiptExpectation, Res
 from .loop import AgentLimits
 from .protocol import AgentError
 from .receipts import ReceiptStore
+from .tool_choice import check_tool_choice
+from .workspace import tools_for
 
 BRANCH_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 BRANCH_MARK = f"{STATE_DIR}/branch"  # written into every branch directory fs creates; --overwrite requires it
 CASE_FORMAT = """\
---case FILE: a JSON object; a branch passes when every expectation holds:
-  {"final_contains": "answer = 2",                          the final message contains this text (required)
+--case FILE: a JSON object; a branch passes when every expectation holds (at least one):
+  {"final_contains": "answer = 2",                          it ends with a final message containing this text
    "files": [{"path": "app.py", "content": "..."}],         a workspace file's exact content afterwards
    "results": [{"tool": "run", "contains": "passed"}],      some tool result of that tool contains this text
    "receipts": [{"tool_call_id": "call-2", "tool": "run", "exit_state": "ok" or "error", "result_contains": "passed",
@@ -40,8 +45,8 @@ CASE_FIELDS: dict[str, tuple[type, set[str], set[str]]] = {  # list key -> (clas
 def read_case(path: str) -> EvaluationCase:
     """An evaluation case file, every key and type checked (errors name the file and the key)."""
     d = read_json(path, AgentError)
-    if not isinstance(d, dict) or not isinstance(d.get("final_contains"), str):
-        raise AgentError(f"{path}: must be an object with a string 'final_contains'")
+    if not isinstance(d, dict) or not isinstance(d.get("final_contains", ""), str):
+        raise AgentError(f"{path}: must be an object ('final_contains', where given, a string)")
     unknown = set(d) - {"final_contains", *CASE_FIELDS}
     if unknown:
         raise AgentError(f"{path}: unknown keys {sorted(unknown)}")
@@ -64,7 +69,10 @@ def read_case(path: str) -> EvaluationCase:
             except (ValueError, TypeError) as e:
                 raise AgentError(f"{path}: {key}[{i}]: {e}") from None
         parts[key] = tuple(built)
-    return EvaluationCase(d["final_contains"], parts["files"], parts["results"], parts["receipts"])
+    try:
+        return EvaluationCase(d.get("final_contains"), parts["files"], parts["results"], parts["receipts"])
+    except ValueError as e:
+        raise AgentError(f"{path}: {e}") from None
 
 
 def _run_meta(run_dir: Path) -> dict[str, Any]:
@@ -105,22 +113,35 @@ def check_branch_name(name: str) -> None:
         )
 
 
+def parse_branch(spec: str, tools: Iterable[str]) -> tuple[str, str, str]:
+    """``NAME[:CHOICE]=STEERING`` -> (name, the first step's tool choice, steering)."""
+    head, eq, steering = spec.partition("=")
+    name, _, choice = head.partition(":")
+    check_branch_name(name)
+    if not eq or not steering.strip():
+        raise AgentError(f"--branch {spec!r}: expected NAME[:CHOICE]=STEERING with a non-empty steering message")
+    return name, check_tool_choice(choice or "auto", tools), steering
+
+
 def cmd_fork(args: argparse.Namespace, stdin: TextIO, out: TextIO) -> int:
     run_dir = Path(args.run_dir)
     meta = _run_meta(run_dir)
     cp = load_agent_checkpoint(run_dir / "checkpoint.json")
     case = read_case(args.case)
-    specs = [spec.partition("=") for spec in args.branch]
-    for name, _, _ in specs:  # every name checked before any model is loaded or directory touched
-        check_branch_name(name)
+    tools = tools_for(args.allow_writes, bool(args.allow_command))
+    specs = [parse_branch(spec, tools) for spec in args.branch]  # all checked before a model loads or a dir changes
+    names = [name for name, _, _ in specs]
+    if len(set(names)) != len(names):
+        raise AgentError(f"--branch names must differ: {names}")
+    common.check_constrained(args, *(choice for _, choice, _ in specs))
+    if args.select is not None and args.select not in names:
+        raise AgentError(f"--select {args.select!r} names no --branch ({', '.join(names)})")
     if args.model is None:  # the saved run's model, loaded as it was
         args.model = meta["model"]
         for k in common.LOAD_FLAGS:
             setattr(args, k, getattr(args, k) or meta.get(k))
     model, tok = common.load_for(args)
-    base = KvPrefixGenerator(
-        model, tok, args.max_tokens, args.enable_thinking, common.action_schema_for(args), args.lookup
-    )
+    base = KvPrefixGenerator(model, tok, args.max_tokens, args.enable_thinking, None, args.lookup)
     if (run_dir / "prefix.safetensors").exists() and args.backend == "numpy":
         identity = common.prefix_identity(cp.checkpoint_id, model, tok, args)
         tokens, kv, _ = load_prompt_cache(run_dir / "prefix.safetensors", identity)
@@ -131,32 +152,34 @@ def cmd_fork(args: argparse.Namespace, stdin: TextIO, out: TextIO) -> int:
     elif base.save_checkpoint(cp.message_dicts()) != cp.model:
         raise AgentError("the saved checkpoint's tokens do not match this model and tokenizer")
     outcomes = []
-    for name, _, steering in specs:
+    args.receipt_log = args.receipt_log or meta["receipt_log"]
+    for name, choice, steering in specs:
         bdir = _branch_dir(run_dir, name, args.overwrite)
         shutil.copytree(meta["root"], bdir, symlinks=True)
         (bdir / STATE_DIR).mkdir(mode=0o700, exist_ok=True)
         (bdir / BRANCH_MARK).write_text(name + "\n")
-        args.receipt_log = args.receipt_log or meta["receipt_log"]
         ws = common.workspace_for(args, bdir, stdin, out)
-        outcome = run_branch(
-            name,
-            steering,
-            cp,
-            base.fork(),
-            ws,
-            ReceiptStore(ws.receipt_store.path),
-            case,
-            AgentLimits(max_steps=args.max_steps),
-        )
+        generate = base.fork()
+        generate.json_schema = common.action_schemas(args, ws, first=choice)
+        first = "" if choice == "auto" else f" (first step: tool choice {choice})"
+        print(f"branch> {name}: steering {steering!r}{first}", file=out)
+        outcome = run_branch(name, steering, cp, generate, ws, ReceiptStore(ws.receipt_store.path), case,
+                             AgentLimits(max_steps=args.max_steps), on_event=common.print_event(out))  # fmt: skip
         r = outcome.reuse
         print(
             f"branch> {name}: reused {r.reused_tokens} prefix tokens (layer offsets {r.layer_offsets[:1]}...), "
-            f"avoided prefill of {r.avoided_prefill_tokens}",
+            f"avoided prefill of {r.avoided_prefill_tokens}; {len(outcome.run.events)} steps, {outcome.run.reason}",
             file=out,
         )
+        receipts = ReceiptStore(ws.receipt_store.path).all()
+        listed = "".join(f"\n  {x.tool_call_id} {x.tool} {x.exit_state}: {x.result[:60]!r}" for x in receipts)
+        print(f"receipts> {len(receipts)} in {ws.receipt_store.path}{listed}", file=out)
         print(outcome.report.render(), file=out)
         outcomes.append(outcome)
     if args.select:
         chosen = select_branch(outcomes, args.select)
-        print(f"selected> {chosen.name} ({run_dir / 'branches' / chosen.name})", file=out)
+        kept = {"branch": chosen.name, "dir": str(run_dir / "branches" / chosen.name), "steering": chosen.steering,
+                "checks": [c.name for c in chosen.report.checks]}  # fmt: skip
+        write_atomic(run_dir / "selected.json", json.dumps(kept, indent=2) + "\n")
+        print(f"selected> {chosen.name} ({kept['dir']}; {run_dir / 'selected.json'})", file=out)
     return 0

@@ -38,8 +38,8 @@ def cmd_run(args: argparse.Namespace, stdin: TextIO, out: TextIO) -> int:
         print(f"receipt log> {ws.receipt_store.path}", file=out)
     limits = AgentLimits(max_steps=args.max_steps)
     if args.save_run:
-        first = _FirstRun(model, tok, args)
-        cp = run_to_checkpoint(task, first, ws, args.checkpoint_after, limits)
+        first = _FirstRun(model, tok, args, ws)
+        cp = run_to_checkpoint(task, first, ws, args.checkpoint_after, limits, common.print_event(out))
         run_dir = Path(args.save_run)
         run_dir.mkdir(parents=True, exist_ok=True)
         save_agent_checkpoint(cp, run_dir / "checkpoint.json")
@@ -52,7 +52,7 @@ def cmd_run(args: argparse.Namespace, stdin: TextIO, out: TextIO) -> int:
         write_atomic(run_dir / "run.json", json.dumps(meta, indent=2) + "\n")
         print(f"checkpoint> {cp.checkpoint_id} saved in {run_dir}", file=out)
         return 0
-    schema = common.action_schema_for(args)
+    schema = common.action_schemas(args, ws)
     run = run_agent(
         task,
         lambda m: generate_response(
@@ -70,10 +70,10 @@ def cmd_run(args: argparse.Namespace, stdin: TextIO, out: TextIO) -> int:
 class _FirstRun:
     """The pre-checkpoint run: plain generation plus a KV prefix saved at the checkpoint."""
 
-    def __init__(self, model: Any, tok: Any, args: argparse.Namespace):
+    def __init__(self, model: Any, tok: Any, args: argparse.Namespace, ws: Workspace):
         self.model, self.tok, self.args = model, tok, args
-        self.schema = common.action_schema_for(args)
-        self.prefix = KvPrefixGenerator(model, tok, args.max_tokens, args.enable_thinking, self.schema, args.lookup)
+        self.schema = common.action_schemas(args, ws)
+        self.prefix = KvPrefixGenerator(model, tok, args.max_tokens, args.enable_thinking, None, args.lookup)
 
     def __call__(self, messages: list[dict[str, str]]) -> str:
         return generate_response(
@@ -98,10 +98,9 @@ def cmd_eval(args: argparse.Namespace, stdin: TextIO, out: TextIO) -> int:
     if not args.baseline:  # without --model: fs-generate's demo model, as `run` does
         model, tok = common.load_for(args)
 
-        schema = common.action_schema_for(args, allow_writes=True)
-
         def agent(root: Path, prompt: str, max_steps: int) -> None:
             ws = Workspace(ToolPolicy(root, allow_writes=True), confirm_tool=lambda a: True)
+            schema = common.action_schemas(args, ws)
             run_agent(
                 prompt,
                 lambda m: generate_response(

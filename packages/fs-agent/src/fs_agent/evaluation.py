@@ -69,7 +69,7 @@ class ReceiptExpectation:
 
 @dataclass(frozen=True)
 class EvaluationCase:
-    final_contains: str
+    final_contains: str | None  # None: the run need not end with a final answer (the other expectations grade it)
     files: tuple[FileExpectation, ...] = ()
     results: tuple[ResultExpectation, ...] = ()
     receipts: tuple[ReceiptExpectation, ...] = ()
@@ -78,8 +78,11 @@ class EvaluationCase:
         self.validate()
 
     def validate(self) -> None:
-        if not isinstance(self.final_contains, str) or not self.final_contains.strip():
+        final = self.final_contains
+        if final is not None and (not isinstance(final, str) or not final.strip()):
             raise ValueError("final substring must not be blank")
+        if self.final_contains is None and not (self.files or self.results or self.receipts):
+            raise ValueError("an evaluation case must expect something: final_contains, files, results or receipts")
         for group, kind in (
             ("files", FileExpectation),
             ("results", ResultExpectation),
@@ -126,8 +129,9 @@ def evaluate_run(run: AgentRun, workspace: Workspace, receipts: ReceiptStore, ca
         raise ValueError("case must be an EvaluationCase")
     case.validate()
     checks = []
-    ok = run.completed and run.final is not None and case.final_contains in run.final
-    checks.append(EvaluationCheck("final", ok, "required final observed" if ok else "required final not observed"))
+    if case.final_contains is not None:
+        ok = run.completed and run.final is not None and case.final_contains in run.final
+        checks.append(EvaluationCheck("final", ok, "required final observed" if ok else "required final not observed"))
     for f in case.files:
         try:
             data = workspace.file_bytes(f.path).decode("utf-8")

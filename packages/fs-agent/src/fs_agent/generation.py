@@ -42,9 +42,12 @@ def greedy_decode(
 ) -> list[int]:
     """Feed ``prompt_ids`` at ``offset`` in one call, then one token per call; stop at EOS (not included).
     ``json_schema``: every token is chosen among those the schema allows (fs_generate's constraints), and decoding
-    ends where the schema's JSON does. ``prompt_lookup``: drafts per pass where the model is batch invariant (the
+    ends where the schema's JSON does (a callable: called once, for this response - ``tool_choice.ActionSchemas``
+    builds each from the workspace as it is). ``prompt_lookup``: drafts per pass where the model is batch invariant (the
     same tokens, fewer passes); ``history``: the tokens already in ``caches`` (before ``offset``), drafted from."""
     eos = resolve_eos(model, tokenizer, None)
+    if callable(json_schema):
+        json_schema = json_schema()
     out: list[int] = []
     if max_tokens <= 0:
         return out

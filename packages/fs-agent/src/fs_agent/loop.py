@@ -141,12 +141,17 @@ def run_agent(
 
 
 def run_to_checkpoint(
-    task: str, generate: Any, workspace: Any, after_tool_calls: int = 1, limits: AgentLimits | None = None
+    task: str,
+    generate: Any,
+    workspace: Any,
+    after_tool_calls: int = 1,
+    limits: AgentLimits | None = None,
+    on_event: Callable[[AgentEvent], None] | None = None,
 ) -> AgentCheckpoint:
     if type(after_tool_calls) is not int or after_tool_calls <= 0:
         raise ValueError("after_tool_calls must be a positive integer")
     messages = initial_messages(task, build_system_prompt(workspace))
-    run, messages = _continue(messages, generate, workspace, limits or AgentLimits(), None, after_tool_calls)
+    run, messages = _continue(messages, generate, workspace, limits or AgentLimits(), on_event, after_tool_calls)
     if run is not None:
         raise AgentError(f"run ended before checkpoint: {run.reason}")
     save = getattr(generate, "save_checkpoint", None)

@@ -1,6 +1,7 @@
 """The tool protocol. A model's whole response is exactly one JSON object: a final answer or a tool call."""
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -97,13 +98,29 @@ def action_json(action: ToolAction) -> str:
     return json.dumps({"tool": action.tool, **action.arguments}, sort_keys=True, separators=(",", ":"))
 
 
-def action_schema(available_tools: Any = None, final: bool = True) -> dict[str, Any]:
+def action_schema(
+    available_tools: Any = None,
+    final: bool = True,
+    files: Sequence[str] | None = None,
+    dirs: Sequence[str] | None = None,
+    commands: Sequence[Sequence[str]] | None = None,
+) -> dict[str, Any]:
     """``parse_action``'s rules as a JSON schema - one final answer or one call to an enabled tool - so the next
     action can be decoded under it (constrained decoding) and cannot fail to parse. ``final=False``: a tool call
-    only (OpenAI's ``tool_choice="required"``)."""
+    only (OpenAI's ``tool_choice="required"``). ``files`` / ``dirs`` / ``commands``, where given, narrow what the
+    tools can name to what exists: ``read_file`` and ``edit_file`` one of ``files``, ``list_files`` one of ``dirs``,
+    ``run_command`` one of ``commands``; a tool left nothing to name is left out (``write_file`` stays free: it
+    creates files)."""
     text: dict[str, Any] = {"type": "string"}
     fields: dict[str, Any] = {"path": text, "content": text, "old": text, "new": text}
     fields["argv"] = {"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1}
+    named: dict[str, dict[str, Any]] = {}  # tool -> its narrowed field
+    if files is not None:
+        named["read_file"] = named["edit_file"] = {"path": {"enum": sorted(files)}}
+    if dirs is not None:
+        named["list_files"] = {"path": {"enum": sorted({".", *dirs})}}
+    if commands is not None:
+        named["run_command"] = {"argv": {"anyOf": [{"const": list(c)} for c in commands]}}
     alts: list[dict[str, Any]] = []
     if final:
         answer = {"type": "string", "minLength": 1}
@@ -113,7 +130,10 @@ def action_schema(available_tools: Any = None, final: bool = True) -> dict[str, 
     for tool, (required, optional) in TOOL_FIELDS.items():
         if available_tools is not None and tool not in available_tools:
             continue
-        props = {"tool": {"const": tool}, **{f: fields[f] for f in sorted(required | optional)}}
+        narrowed = named.get(tool, {})
+        if any(f in ({"enum": []}, {"anyOf": []}) for f in narrowed.values()):
+            continue  # nothing it could name exists
+        props = {"tool": {"const": tool}, **{f: narrowed.get(f, fields[f]) for f in sorted(required | optional)}}
         alts.append(
             {
                 "type": "object",
@@ -122,4 +142,6 @@ def action_schema(available_tools: Any = None, final: bool = True) -> dict[str, 
                 "additionalProperties": False,
             }
         )
+    if not alts:
+        raise AgentError("no action is possible: no final answer and no tool with anything to name")
     return {"anyOf": alts}

@@ -1,10 +1,11 @@
 """Inspect a paused run at a tool boundary and resume it with operator steering."""
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from .checkpoint import AgentCheckpoint
-from .loop import TOOL_RESULT, AgentLimits, AgentRun, _continue, restore_generator
+from .loop import TOOL_RESULT, AgentEvent, AgentLimits, AgentRun, _continue, restore_generator
 from .protocol import AgentError, FinalAction, ToolAction, action_json, parse_action
 
 STEERING_PREFIX = "Operator steering:\n"
@@ -47,13 +48,18 @@ def inspect_checkpoint(checkpoint: AgentCheckpoint, *, evidence_chars: int = 160
 
 
 def resume_with_steering(
-    checkpoint: AgentCheckpoint, steering: str, generate: Any, workspace: Any, limits: AgentLimits | None = None
+    checkpoint: AgentCheckpoint,
+    steering: str,
+    generate: Any,
+    workspace: Any,
+    limits: AgentLimits | None = None,
+    on_event: Callable[[AgentEvent], None] | None = None,
 ) -> AgentRun:
     if not isinstance(steering, str) or not steering.strip():
         raise ValueError("steering must not be empty")
     _boundary(checkpoint)
     messages = restore_generator(checkpoint, generate)
     messages.insert(checkpoint.model.conversation_position, {"role": "user", "content": STEERING_PREFIX + steering})
-    run, _ = _continue(messages, generate, workspace, limits or AgentLimits())
+    run, _ = _continue(messages, generate, workspace, limits or AgentLimits(), on_event)
     assert run is not None
     return run

@@ -192,15 +192,16 @@ class Workspace:
 
     # --- read-only tools ------------------------------------------------------------------------------------
 
-    def list_files(self, raw: str = ".") -> str:
+    def entries(self, raw: str = ".") -> list[tuple[str, str]]:
+        """(kind, path) of what ``list_files`` shows in ``raw``: "file" or "dir", protected names and the receipt
+        log left out, at most ``max_list_entries``."""
         parts = self.parts(raw)
-        lines = []
-        for name, kind in self.fs.entries(parts):
-            if is_protected(name) or (*parts, name) in self._log_parts:
-                continue
-            lines.append(f"{kind} {'/'.join((*parts, name))}")
-            if len(lines) >= self.policy.max_list_entries:
-                break
+        shown = [(k, "/".join((*parts, n))) for n, k in self.fs.entries(parts)
+                 if not is_protected(n) and (*parts, n) not in self._log_parts]  # fmt: skip
+        return shown[: self.policy.max_list_entries]
+
+    def list_files(self, raw: str = ".") -> str:
+        lines = [f"{kind} {path}" for kind, path in self.entries(raw)]
         return "\n".join(lines) if lines else "(empty directory)"
 
     def read_file(self, raw: str) -> str:
