@@ -15,6 +15,7 @@ the share of a decode step spent outside the matrix kernels (Python and numpy gl
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -84,8 +85,10 @@ print(json.dumps({"decode_tps": B * N / (time.perf_counter() - t0)}))
 """
 
 
-def run(python: str, code: str, *args: object) -> dict | None:
-    out = subprocess.run([python, "-c", code, *map(str, args)], capture_output=True, text=True)
+def run(python: str, code: str, *args: object, env: dict[str, str] | None = None) -> dict | None:
+    """``code`` in its own process (with ``env`` added to this one's environment): its last line as JSON."""
+    full = {**os.environ, **env} if env else None
+    out = subprocess.run([python, "-c", code, *map(str, args)], capture_output=True, text=True, env=full)
     if out.returncode:
         print(f"   failed: {out.stderr.strip().splitlines()[-1] if out.stderr.strip() else out.returncode}")
         return None

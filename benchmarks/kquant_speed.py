@@ -6,10 +6,12 @@
 The random checkpoint with Qwen3-0.6B's shapes (bf16, Qwen3's real vocabulary) is written as a BF16 GGUF by
 ``fs-convert-gguf``, then ``llama-quantize`` makes the Q4_K_M and Q6_K files llama.cpp users run. Each file is
 loaded by fs as it is (``dtype="native"``: Q4_K on the 4-bit kernels, Q6_K as 8-bit groups of 16, both exact
-repacks of the file's codes) and timed by ``llama-bench -p P -n N -t 2``; prefill P and decode N, every engine in
-its own process, rounds interleaved, each engine's best round kept (this machine moves ±20 % run to run). Printed:
-tok/s, fs ÷ llama.cpp, and the bytes each engine keeps for the weights (fs: its kernels' codes, scales and
-biases; llama.cpp: the file's tensor bytes).
+repacks of the file's codes, their scales read from the K-quants' super-block records) and timed by ``llama-bench
+-p P -n N -t 2``; prefill P and decode N, every engine in its own process, rounds interleaved, each engine's best
+round kept (this machine moves ±20 % run to run). fs also runs with ``FS_SUPERBLOCK_SCALES=0`` (float32 scales and
+biases per group: the same bits, more bytes) in the same rounds. Printed: tok/s, fs ÷ llama.cpp, the bytes each
+engine reads for the weights per decode step (fs: codes plus records or scales and biases; llama.cpp: the file's
+tensor bytes), and records ÷ expanded.
 """
 
 import argparse
@@ -44,13 +46,21 @@ def gguf_files(llama_bin: Path, tokenizer: str) -> dict[str, Path]:
 
 
 def weight_bytes(f: Path) -> tuple[int, int]:
-    """(bytes fs keeps for the matrices' codes, scales and biases; bytes the file's tensors take)."""
+    """(bytes fs's tiles read per decode step: codes, and a K-quant's super-block records or else its float32
+    scales and biases; bytes the file's tensors take)."""
     from gguf import GGUFReader
 
     from fs_weights import Checkpoint
 
+    ours = 0
     with Checkpoint.open(f) as ck:
-        ours = sum(ck.info(n).nbytes for n in ck.names())
+        for n in ck.names():
+            if n.endswith((".scales", ".biases")):
+                continue
+            records = ck.superblocks(n) if ck.is_quantized(n) else None
+            base = n.removesuffix(".weight")
+            side = [ck.info(base + p).nbytes for p in (".scales", ".biases")] if ck.is_quantized(n) else []
+            ours += ck.info(n).nbytes + (records[1].nbytes if records is not None else sum(side))
     return ours, sum(int(t.n_bytes) for t in GGUFReader(str(f)).tensors)
 
 
@@ -64,14 +74,22 @@ def main() -> None:
     args = ap.parse_args()
     S, N = args.prefill, args.decode
     files = gguf_files(args.llama_bin, args.tokenizer)
-    best = interleaved(files, args.llama_bin, S, N, args.rounds)
+    # the same tiles reading float32 scales and biases per group instead of the K-quants' super-block records
+    expanded = "fs FS_SUPERBLOCK_SCALES=0"
+    best = interleaved(files, args.llama_bin, S, N, args.rounds, {expanded: {"FS_SUPERBLOCK_SCALES": "0"}})
     print(f"\nQwen3-0.6B shapes, prefill {S}, decode {N}, 2 threads, best of {args.rounds} interleaved rounds")
 
     def sizes(kind: str, a: dict, b: dict) -> str:
         ours, theirs = weight_bytes(files[kind])
         return f"{ours / 1e6:.0f} / {theirs / 1e6:.0f}"
 
-    table(files, best, "file", "weight MB fs/file", sizes)
+    table(files, best, "file", "MB read per step fs/file", sizes)
+    print(f"\nfs reading super-block records ÷ {expanded} (the same bits):")
+    for kind in files:
+        a, b = best.get(f"fs {kind}"), best.get(f"{expanded} {kind}")
+        if a and b:
+            pre, dec = a["prefill_tps"] / b["prefill_tps"], a["decode_tps"] / b["decode_tps"]
+            print(f"  {kind}: prefill {pre:.2f}×, decode {dec:.2f}×")
 
 
 if __name__ == "__main__":

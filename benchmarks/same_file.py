@@ -9,15 +9,18 @@ from llama_cpp import bench
 HEAD = "| {0} | fs prefill tok/s | llama-bench | ratio | fs decode tok/s | llama-bench | ratio | {1} |"
 
 
-def interleaved(files: dict, llama_bin, S: int, N: int, rounds: int) -> dict[str, dict]:
-    """``files``: label -> GGUF path. Returns "fs LABEL" / "llama.cpp LABEL" -> that engine's best round."""
+def interleaved(files: dict, llama_bin, S: int, N: int, rounds: int, variants: dict | None = None) -> dict[str, dict]:
+    """``files``: label -> GGUF path. Returns "fs LABEL" / "llama.cpp LABEL" -> that engine's best round, and for
+    each of ``variants`` (name -> environment switches) "NAME LABEL": fs run under those switches, in the same
+    rounds."""
     best: dict[str, dict] = {}
     for r in range(rounds):
         for label, f in files.items():
             print(f"round {r + 1}/{rounds}: {label}", flush=True)
-            got = run(sys.executable, FS, f, "native", "-", S, N)
-            if got is not None:
-                keep_best(best, f"fs {label}", got)
+            for name, env in {"fs": {}, **(variants or {})}.items():
+                got = run(sys.executable, FS, f, "native", "-", S, N, env=env)
+                if got is not None:
+                    keep_best(best, f"{name} {label}", got)
             keep_best(best, f"llama.cpp {label}", bench(llama_bin, f, S, N))
     return best
 

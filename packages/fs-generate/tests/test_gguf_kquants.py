@@ -158,6 +158,37 @@ def test_the_quantized_kernels_run_every_repacked_tensor(files, monkeypatch):
     assert float(np.linalg.norm(got - want) / np.linalg.norm(want)) <= 1e-2
 
 
+@pytest.mark.kernels
+def test_k_quant_matrices_read_their_super_block_records_with_the_same_bits(files, monkeypatch):
+    """Q4_K / Q5_K / Q6_K matrices on the tiles read the file's per-256-weight factors instead of float32 scales
+    and biases (fs_model/cpu/superblock_scales.py): fewer bytes per step, and the logits - prefill and a cached
+    decode step - bit for bit those of the same file with FS_SUPERBLOCK_SCALES=0."""
+    from fs_model import cpu
+    from fs_model.cpu import tiles
+    from fs_model.cpu.affine import AffineLinear
+
+    if not tiles.applies("bf16", 512):
+        pytest.skip("this CPU has no AVX2 + FMA: the row kernels run, which read the expanded scales")
+    gguf_file, _ = files
+    ids = [3, 141, 59, 265, 358, 97]
+
+    def run():
+        model = load_model(gguf_file)
+        layers = [v for b in model.blocks for p in (b.attn, b.mlp) for v in vars(p).values()]
+        layouts = {x.tiles.layout for x in layers if isinstance(x, AffineLinear) and x.tiles is not None}
+        cache = model.make_cache()
+        first = np.asarray(model.forward(ids[:-1], cache=cache))
+        return layouts, first, np.asarray(model.forward(ids[-1:], cache=cache))
+
+    layouts, *logits = run()
+    assert {"k4", "k6"} <= layouts  # Q4_K and Q5_K (k4), Q6_K (k6) all read records
+    monkeypatch.setattr(cpu.SWITCHES, "superblock_scales", False)
+    plain, *want = run()
+    assert plain == {None}
+    for got, ref in zip(logits, want, strict=True):
+        assert np.isfinite(ref).all() and np.array_equal(got.view(np.uint32), ref.view(np.uint32))
+
+
 def test_damaged_k_quant_files_are_one_named_error(files, tmp_path):
     """A row that is not whole super-blocks, and a file cut inside a K-quant tensor: refused by name and offset,
     never a wrong array or a crash."""

@@ -135,6 +135,14 @@ class Checkpoint:
             self._finite.add(name)
         return arr
 
+    def superblocks(self, name: str) -> tuple[str, np.ndarray] | None:
+        """(layout, records) where quantized ``name`` is a GGUF K-quant matrix (``gguf_blocks``: the per-256-weight
+        factors of its scales and biases, which kernels can read instead of ``.scales`` / ``.biases``), else None."""
+        if name in self._experts or not self.is_quantized(name):
+            return None
+        read = getattr(self._file(name), "superblocks", None)
+        return read(self._stored.get(name, name)) if read is not None else None
+
     def is_view(self, name: str, arr: np.ndarray) -> bool:
         """Whether ``arr`` (what a loader kept for ``name``) reads the mapped file itself: then its pages are the
         weights and must stay; a converted copy does not, and ``release`` can drop them. Costs no read or repack."""

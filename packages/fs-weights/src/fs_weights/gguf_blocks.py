@@ -21,6 +21,17 @@ computes it), so ``scale·q + bias`` rounds once, to the float32 that gguf's own
 sign can differ (``s·q + b`` cannot make -0.0). The 5- and 6-bit codes take a byte each (the 8-bit kernels); a
 packed 5/6-bit kernel is not written yet (docs/decisions.md). Scales and biases are float32: ``-128d`` overflows
 float16 once ``|d| > 511.75`` and ``d·sc`` needs up to 18 bits.
+
+Super-block records: a K-quant's per-group scale and bias are products of a per-256-weights factor and a small
+per-group integer, so the kernels can read those instead of float32 pairs per group (Q4_K: 0.59 instead of 0.75
+bytes per weight; Q6_K: 1.08 instead of 1.5). One record per super-block, in ``superblock_records``:
+
+    layout  types        record (bytes)                                  scale_g    bias_g
+    k4      Q4_K, Q5_K   d f32, m f32, 8 × int8 sc, 8 × int8 mn    (24)  d·sc_g     -(m·mn_g)
+    k6      Q6_K         d f32, 16 × int8 sc                       (20)  d·sc_g     (d·sc_g)·-32
+
+``expand_records`` computes exactly those products: it is how ``affine_part`` makes the float32 ``.scales`` and
+``.biases`` of these types, and what a kernel reading the records must do in the same order (same bits).
 """
 
 from typing import Any
@@ -72,6 +83,48 @@ def affine_part(kind: str, data: np.ndarray, shape: tuple[int, int], part: str) 
     return np.concatenate(chunks) if len(chunks) != 1 else chunks[0]
 
 
+# K-quant type -> its super-block record layout; layout -> (record bytes, groups per super-block of 256 weights)
+SUPERBLOCKS = {"Q4_K": "k4", "Q5_K": "k4", "Q6_K": "k6"}
+RECORDS = {"k4": (24, 8), "k6": (20, 16)}
+
+
+def superblock_records(kind: str, data: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
+    """The super-block records (module docstring) of a ``kind`` tensor whose stored bytes are ``data``:
+    uint8 [rows, cols/256 · record bytes]."""
+    rows, _ = shape
+    blocks = data.reshape(rows, -1, BLOCK_BYTES[kind])
+    return np.concatenate([_records(kind, blocks[a : a + ROWS]) for a in range(0, rows, ROWS)]).reshape(rows, -1)
+
+
+def expand_records(layout: str, records: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(scales, biases) float32 [rows, groups] from records uint8 [rows, super-blocks · R] (or [..., R])."""
+    R, per = RECORDS[layout]
+    r = records.reshape(records.shape[0], -1, R)
+    d = r[..., 0:4].copy().view(np.float32)  # [rows, super-blocks, 1]
+    at = 8 if layout == "k4" else 4
+    scale = d * r[..., at : at + per].view(np.int8).astype(np.float32)
+    if layout == "k4":
+        bias = -(r[..., 4:8].copy().view(np.float32) * r[..., 16:24].view(np.int8).astype(np.float32))
+    else:
+        bias = scale * np.float32(-32)
+    return scale.reshape(r.shape[0], -1), bias.reshape(r.shape[0], -1)
+
+
+def _records(kind: str, b: np.ndarray) -> np.ndarray:
+    """Blocks [rows, super-blocks, bytes] -> records [rows, super-blocks, R]; 6-bit sc and mn (< 64) fit int8."""
+    R, _ = RECORDS[SUPERBLOCKS[kind]]
+    rec = np.empty((*b.shape[:2], R), np.uint8)
+    if kind == "Q6_K":
+        rec[..., 0:4] = _f16(b, 208)[..., None].view(np.uint8)
+        rec[..., 4:20] = b[..., 192:208]
+        return rec
+    sc, mn = _k_scales(b)
+    rec[..., 0:4] = _f16(b, 0)[..., None].view(np.uint8)
+    rec[..., 4:8] = _f16(b, 2)[..., None].view(np.uint8)
+    rec[..., 8:16], rec[..., 16:24] = sc, mn
+    return rec
+
+
 def _pack(codes: np.ndarray, bits: int) -> np.ndarray:
     """Codes in element order -> MLX's uint32 packing (least significant first: 8-bit is the bytes themselves)."""
     if bits == 8:
@@ -101,12 +154,11 @@ def _k_scales(b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     lo, mid, hi = s[..., 0:4], s[..., 4:8], s[..., 8:12]  # sc 0-3 | mn 0-3 | the high bits of 4-7
     sc = np.concatenate([lo & 0x3F, (hi & 0x0F) | ((lo >> 2) & 0x30)], axis=-1)
     mn = np.concatenate([mid & 0x3F, (hi >> 4) | ((mid >> 2) & 0x30)], axis=-1)
-    return sc.astype(np.float32), mn.astype(np.float32)
+    return sc, mn
 
 
 def _k_affine(b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    sc, mn = _k_scales(b)
-    return _f16(b, 0)[..., None] * sc, -(_f16(b, 2)[..., None] * mn)  # as gguf: d·sc, then dmin·mn
+    return expand_records("k4", _records("Q4_K", b))  # as gguf: d·sc, then dmin·mn
 
 
 def _k_nibbles(qs: np.ndarray) -> np.ndarray:
@@ -130,8 +182,7 @@ def _q6_k_codes(b: np.ndarray) -> np.ndarray:
 
 
 def _q6_k_affine(b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    scale = _f16(b, 208)[..., None] * b[..., 192:208].view(np.int8).astype(np.float32)  # as gguf: d·sc
-    return scale, scale * np.float32(-32)
+    return expand_records("k6", _records("Q6_K", b))  # as gguf: d·sc
 
 
 _CODES = {

@@ -21,7 +21,7 @@ import numpy as np
 
 from .checkpoint import Checkpoint
 from .errors import WeightsError
-from .gguf_blocks import FORMATS, affine_part, quantization
+from .gguf_blocks import FORMATS, SUPERBLOCKS, affine_part, quantization, superblock_records
 from .gguf_header import GGUFFormatError, GGUFHeader, GGUFTensor, parse_header
 from .regular_file import open_regular
 from .safetensors import TensorInfo, drop_pages, slice_bytes
@@ -149,6 +149,15 @@ class GGUFFile:
         *lead, cols = reversed(t.dims)  # the matrix's shape (the parts' shapes are the packed ones)
         rows = int(np.prod(lead))
         return affine_part(kind, data, (rows, cols), part).reshape(shape)
+
+    def superblocks(self, name: str) -> tuple[str, np.ndarray] | None:
+        """(layout, records) for the codes ``name`` of a K-quant matrix (gguf_blocks: per super-block of 256 weights
+        the factors its groups' scales and biases are products of), else None. A copy: the pages may be dropped."""
+        t, part = self._parts[name]
+        if part != "weight" or t.ggml_type not in SUPERBLOCKS or len(t.dims) != 2:
+            return None
+        rows, cols = t.dims[1], t.dims[0]
+        return SUPERBLOCKS[t.ggml_type], superblock_records(t.ggml_type, self._stored(t), (rows, cols))
 
     def raw_expert(self, name: str, e: int) -> np.ndarray:
         """Expert ``e`` of a stacked [E, ...] tensor: only its own blocks repacked (Checkpoint reads experts so)."""

@@ -56,6 +56,8 @@ class AffineWeight:
     biases: np.ndarray  # float32 [out, in/G]
     bits: int
     group_size: int
+    # a GGUF K-quant's (layout, super-block records): what the tiles read instead of scales / biases (tiles.Tiled)
+    records: tuple[str, np.ndarray] | None = None
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -63,7 +65,12 @@ class AffineWeight:
 
     @property
     def nbytes(self) -> int:
-        return self.codes.nbytes + self.scales.nbytes + self.biases.nbytes
+        return (
+            self.codes.nbytes
+            + self.scales.nbytes
+            + self.biases.nbytes
+            + (self.records[1].nbytes if self.records else 0)
+        )
 
     def packed(self) -> np.ndarray:
         """The MLX uint32 packing (for fs_weights.dequantize)."""

@@ -6,6 +6,8 @@ docstring) is the same for every NR and MR, which is what makes the tiles batch 
 
 import re
 
+from .superblock_scales import scale_and_bias
+
 # Bytes ahead of each weight load that the tiles prefetch: a thread walks its rows of a contiguous matrix in
 # order, so loads at +PREFETCH cover every line just before it is needed. Rows of 0.5-6 KiB end too soon for
 # the hardware prefetcher to keep up (it stops at each 4 KiB page): a 0.6B decode matrix from memory streamed
@@ -145,14 +147,17 @@ def _unrolled(outer: list[str], inner: list[str], latch: list[str], chunks: int)
     return head, out, fold
 
 
-def microkernel(kind: str, NR: int, MR: int, G: int, W: int = 8) -> str:
+def microkernel(kind: str, NR: int, MR: int, G: int, W: int = 8, layout: str | None = None) -> str:
     """``@{kind}_{NR}x{MR}`` (``@{kind}w_…`` for W = 16) with tiles.py's ABI: an NR×MR block of outputs.
 
     Two loops: groups, then the ``per_group`` W-wide chunks inside a group (bf16: one "group" of every chunk).
     bf16: one accumulator per element runs through both. Affine codes: a group accumulator ``q·x`` per element
     (and per nibble plane), folded in at the group's end as ``acc = fma(gacc, scale, acc)``, with the bias term
     ``bsum = fma(bias, Σx_g, bsum)`` from the per-row group sums in ``pa`` (float32 [m, groups·planes]); the
-    output is ``hsum(acc) + bsum``."""
+    output is ``hsum(acc) + bsum``. With ``layout`` (affine kinds) ps/sg address each row's super-block records
+    and every scale and bias is made from them (superblock_scales.py: the same values, so the same bits)."""
+    if layout is not None and kind == "bf16":
+        raise ValueError("bf16 weights have no scales to read from super-block records")
     pairs = [(n, r) for n in range(NR) for r in range(MR)]
     affine = kind != "bf16"
     halves = 2 if kind == "q4" else 1
@@ -205,8 +210,11 @@ def microkernel(kind: str, NR: int, MR: int, G: int, W: int = 8) -> str:
         for n in range(NR):
             latch += _row("%ps", "%sg", n, f"srow{n}") + _row("%pb", "%sg", n, f"brow{n}")
             for h in range(halves):
-                latch += _load_float(f"%s{n}_{h}", f"%srow{n}", gidx[h])
-                latch += _load_float(f"%b{n}_{h}", f"%brow{n}", gidx[h])
+                if layout is not None:
+                    latch += scale_and_bias(f"%s{n}_{h}", f"%b{n}_{h}", f"%srow{n}", gidx[h], layout)
+                else:
+                    latch += _load_float(f"%s{n}_{h}", f"%srow{n}", gidx[h])
+                    latch += _load_float(f"%b{n}_{h}", f"%brow{n}", gidx[h])
                 latch += _splat(f"%ss{n}_{h}", f"%s{n}_{h}", W)
         for r in range(MR):
             latch += _row("%pa", "%sa", r, f"arow{r}")
@@ -233,5 +241,5 @@ def microkernel(kind: str, NR: int, MR: int, G: int, W: int = 8) -> str:
     tail.append("  ret void")
     from .tiles import ABI
 
-    name = f"{kind}{'w' if W == 16 else ''}_{NR}x{MR}"
+    name = f"{kind}{'w' if W == 16 else ''}{'_' + layout if layout else ''}_{NR}x{MR}"
     return f"define void @{name}({ABI}) {{\n" + "\n".join(entry + outer + inner + latch + tail) + "\n}\n"

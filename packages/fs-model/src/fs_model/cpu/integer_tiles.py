@@ -29,6 +29,7 @@ import numpy as np
 
 from . import HAVE_NUMBA
 from .float_tiles import prefetch, store
+from .superblock_scales import scale_and_bias
 
 GROUP = 64  # weights per group, = activation quantization group (two 32-byte chunks per group)
 GROUPS_4BIT = (32, 64)  # the 4-bit AVX2 tile also takes groups of 32 (one 32-byte chunk per pair of groups)
@@ -108,11 +109,16 @@ def _combine(n: int, r: int, h: int, ints: str, prev_acc: str, prev_b: str, W: i
     ]
 
 
-def _group_scalars(NR: int, MR: int, offsets: tuple[str, ...]) -> list[str]:
-    """Scales and biases of each weight row, activation scales and sums of each input row, per group slot."""
+def _group_scalars(NR: int, MR: int, offsets: tuple[str, ...], layout: str | None = None) -> list[str]:
+    """Scales and biases of each weight row (read, or made from its super-block records: superblock_scales.py),
+    activation scales and sums of each input row, per group slot (``offsets``: the slots' float byte offsets)."""
     L: list[str] = []
     for h, gb in enumerate(offsets):
         for n in range(NR):
+            if layout is not None:
+                L += [f"  %gi{n}_{h} = udiv i64 {gb}, 4"]
+                L += scale_and_bias(f"%s{n}_{h}", f"%b{n}_{h}", f"%sr{n}", f"%gi{n}_{h}", layout)
+                continue
             L += _load(f"%s{n}_{h}", f"%sr{n}", gb, "float") + _load(f"%b{n}_{h}", f"%br{n}", gb, "float")
         for r in range(MR):
             L += _load(f"%sx{r}_{h}", f"%ar{r}", gb, "float") + _load(f"%xs{r}_{h}", f"%as{r}", gb, "float")
@@ -134,10 +140,12 @@ def _pair_addresses(NR: int, MR: int, G: int = GROUP) -> list[str]:
     return L
 
 
-def _pair_of_groups(NR: int, MR: int, products: Callable[[int, int, int, str, str], list[str]], W: int) -> list[str]:
+def _pair_of_groups(
+    NR: int, MR: int, products: Callable[[int, int, int, str, str], list[str]], W: int, layout: str | None = None
+) -> list[str]:
     """The group scalars, then per weight row n and input row r the low-plane group's then the high-plane group's
     integer products (``products`` defines %i{n}_{r}_{h}: W int32 lanes) folded into the accumulators."""
-    L = _group_scalars(NR, MR, ("%g0b", "%g1b"))
+    L = _group_scalars(NR, MR, ("%g0b", "%g1b"), layout)
     for n in range(NR):
         for r in range(MR):
             prev_acc, prev_b = f"%acc{n}_{r}", f"%bs{n}_{r}"
@@ -148,7 +156,7 @@ def _pair_of_groups(NR: int, MR: int, products: Callable[[int, int, int, str, st
     return L
 
 
-def _q4_body(NR: int, MR: int, G: int = GROUP) -> tuple[list[str], int]:
+def _q4_body(NR: int, MR: int, G: int = GROUP, layout: str | None = None) -> tuple[list[str], int]:
     """One pair of groups: G planar code bytes per weight row (G/32 chunks of 32 bytes, each a low and a high nibble
     plane), 2G activation bytes per input row; ``vpmaddubsw`` then ``vpmaddwd`` by ones."""
     C = G // 32  # 32-byte chunks per group
@@ -179,7 +187,7 @@ def _q4_body(NR: int, MR: int, G: int = GROUP) -> tuple[list[str], int]:
             f"  %i{t} = call <8 x i32> @llvm.x86.avx2.pmadd.wd(<16 x i16> {total}, <16 x i16> splat (i16 1))",
         ]
 
-    return L + _pair_of_groups(NR, MR, products, 8), 1
+    return L + _pair_of_groups(NR, MR, products, 8, layout), 1
 
 
 def _q4_vnni_body(NR: int, MR: int) -> tuple[list[str], int]:
@@ -236,16 +244,18 @@ def _q8_body(NR: int, MR: int) -> tuple[list[str], int]:
     return L, 0
 
 
-def microkernel(NR: int, MR: int, bits: int = 4, vnni: bool = False, G: int = GROUP) -> str:
-    """``@q{bits}i_{NR}x{MR}`` (``@q4iw_…`` with ``vnni``) with tiles.py's ABI: pw/sw codes (4-bit: planar),
-    ps/pb/sg scales and biases, px/sx int8 activations, pa/sa per-row [sx_g for every g, then Σx_g for every g]
-    (float32); ``groups`` counts loop iterations: pairs of groups (4-bit) or groups (8-bit). ``G``: 32 or 64 for
-    the AVX2 4-bit tile, 64 for the others."""
+def microkernel(NR: int, MR: int, bits: int = 4, vnni: bool = False, G: int = GROUP, layout: str | None = None) -> str:
+    """``@q{bits}i_{NR}x{MR}`` (``@q4iw_…`` with ``vnni``; ``@q4i_k4_…`` reading super-block records) with tiles.py's
+    ABI: pw/sw codes (4-bit: planar), ps/pb/sg scales and biases (or ps/sg the records), px/sx int8 activations,
+    pa/sa per-row [sx_g for every g, then Σx_g for every g] (float32); ``groups`` counts loop iterations: pairs of
+    groups (4-bit) or groups (8-bit). ``G``: 32 or 64 for the AVX2 4-bit tile, 64 for the others."""
     if G != GROUP and (bits != 4 or vnni):
         raise ValueError(f"the {bits}-bit{' VNNI' if vnni else ''} integer tile takes groups of {GROUP}, not {G}")
+    if layout is not None and (bits != 4 or vnni):
+        raise ValueError("super-block records are read by the AVX2 4-bit integer tile only")
     pairs = [(n, r) for n in range(NR) for r in range(MR)]
     W = 16 if vnni else 8
-    body, last = _q4_vnni_body(NR, MR) if vnni else _q4_body(NR, MR, G) if bits == 4 else _q8_body(NR, MR)
+    body, last = _q4_vnni_body(NR, MR) if vnni else _q4_body(NR, MR, G, layout) if bits == 4 else _q8_body(NR, MR)
     sums = "mul i64 %groups, 8" if bits == 4 else "mul i64 %groups, 4"  # byte offset of the Σx_g in a side row
     L = [*_entry(NR, MR, sums), "loop:", "  %c = phi i64 [0, %entry], [%cn, %loop]"]
     for n, r in pairs:
@@ -259,7 +269,8 @@ def microkernel(NR: int, MR: int, bits: int = 4, vnni: bool = False, G: int = GR
     L.append("  ret void")
     from .tiles import ABI
 
-    return f"define void @q{bits}i{'w' if vnni else ''}_{NR}x{MR}({ABI}) {{\n" + "\n".join(L) + "\n}\n"
+    name = f"q{bits}i{'w' if vnni else ''}{'_' + layout if layout else ''}_{NR}x{MR}"
+    return f"define void @{name}({ABI}) {{\n" + "\n".join(L) + "\n}\n"
 
 
 DECLARATIONS = """declare void @llvm.prefetch.p0(ptr, i32, i32, i32)

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from . import HAVE_NUMBA
+from . import HAVE_NUMBA, tiles
 from .threads import bucket, fan_out
 from .tiles import BLOCK, INTEGER, Tiled
 
@@ -51,6 +51,11 @@ class TileGroup:
         self.ns = np.array([p.n for p in parts], np.int64)
         self.offsets = np.concatenate([[0], np.cumsum(self.ns)[:-1]]).astype(np.int64)
         self.params = np.array([p.weights for p in parts], np.int64)
+        # the tiles that read super-block records (tiles.Tiled.chosen), where every part has them alike
+        singles = [p.single for p in parts if p.single is not None]
+        self.single = None
+        if len(singles) == len(parts) and all(fns == singles[0][0] for fns, _ in singles):
+            self.single = singles[0][0], np.array([weights for _, weights in singles], np.int64)
         # blocks interleaved (q's first, k's first, v's first, q's second, ...): each thread streams every matrix
         blocks = sorted(((lo, i) for i, p in enumerate(parts) for lo in range(0, p.n, BLOCK)))
         self.blocks = np.array([(i, lo) for lo, i in blocks], np.int64)
@@ -81,7 +86,8 @@ class TileGroup:
         m = X.shape[0]
         Xp, side = self.parts[0].prepare(X)  # the same preparation every part would make of X
         out = np.empty((m, self.N), np.float32)
-        fan_out((self.key, bucket(m)), _drive_group, self.fns, self.NRs, self.params, self.ns, self.offsets,
+        fns, params = self.single if self.single is not None and m <= tiles.RECORD_ROWS else (self.fns, self.params)
+        fan_out((self.key, bucket(m)), _drive_group, fns, self.NRs, params, self.ns, self.offsets,
                 self.blocks, Xp, side, out, *self.counts)  # fmt: skip
         cols = [out[:, a : a + n] for a, n in zip(self.offsets, self.ns, strict=True)]
         return cols if m == 1 else [np.ascontiguousarray(c) for c in cols]

@@ -68,28 +68,36 @@ ABI = ", ".join(
 
 
 _SIG = ctypes.CFUNCTYPE(None, *[ADDRESSES] * 13)
-_compiled: dict[tuple[str, int], tuple[int, ...] | None] = {}
+_compiled: dict[tuple[str, int, str | None], tuple[int, ...] | None] = {}
+# the kinds that can read a K-quant's super-block records instead of float32 scales and biases (superblock_scales.py),
+# and the calls that do: one row. Computing each scale costs arithmetic that only pays where the step is bound by
+# memory (a 38k x 1024 Q6_K matrix from memory: 1 row 1.41x faster, 2 rows even, 4+ 0.91-0.94x; in cache 0.65-0.90x;
+# docs/performance.md)
+RECORD_KINDS = ("q4i", "q8", "q4", "q8w", "q4w")
+RECORD_ROWS = 1
 
 
-def kernels(kind: str, G: int = 0) -> tuple[int, ...] | None:
-    """Per panel (4, 2, 1 input rows): the code addresses of its NR×MR tile and of its 1×MR edge; compiled once."""
-    key = (kind, G)
+def kernels(kind: str, G: int = 0, layout: str | None = None) -> tuple[int, ...] | None:
+    """Per panel (4, 2, 1 input rows): the code addresses of its NR×MR tile and of its 1×MR edge; compiled once.
+    ``layout``: the tiles read super-block records of that layout (a ``RECORD_KINDS`` kind)."""
+    key = (kind, G, layout)
     if key not in _compiled:
         shapes = [s for NR, MR in TILES[kind] for s in ((NR, MR), (1, MR))]
-        names = [f"{kind}_{a}x{b}" for a, b in shapes]
+        names = [f"{kind}{'_' + layout if layout else ''}_{a}x{b}" for a, b in shapes]
         unique = dict(zip(names, shapes, strict=True))  # an NR of 1 makes a tile its own edge
         features: tuple[str, ...] = ("avx2", "fma")
         if kind in INTEGER:
             bits, vnni = (8 if kind == "q8i" else 4), kind == "q4iw"
             ir = integer_tiles.DECLARATIONS + "".join(
-                integer_tiles.microkernel(a, b, bits, vnni, G or integer_tiles.GROUP) for a, b in unique.values()
+                integer_tiles.microkernel(a, b, bits, vnni, G or integer_tiles.GROUP, layout)
+                for a, b in unique.values()
             )
             features = VNNI_FEATURES if vnni else features
         else:
             W = width(kind)
             base = kind[:-1] if W == 16 else kind
             ir = float_tiles.DECLARATIONS + "".join(
-                float_tiles.microkernel(base, a, b, G, W) for a, b in unique.values()
+                float_tiles.microkernel(base, a, b, G, W, layout) for a, b in unique.values()
             )
             features = WIDE_FEATURES if W == 16 else features
         fns = compile_ir(ir, features, dict.fromkeys(unique, _SIG))
@@ -209,11 +217,15 @@ class Tiled:
     """One matrix on the tiles, everything but the input prepared once: ``Tiled(kind, w)(X) -> [m, n] float32``.
 
     ``kind`` "bf16": ``w`` is uint16 bf16 bits [n, k]; "q8", "q4", "q4i" (4-bit, int8 activations): an AffineWeight.
-    Call ``applies`` first."""
+    An AffineWeight with super-block ``records`` (a GGUF K-quant) also gets the tiles that read them where the kind
+    can (``RECORD_KINDS``; ``FS_SUPERBLOCK_SCALES=0`` turns them off): the same bits from fewer bytes, taken by calls
+    of at most ``RECORD_ROWS`` rows (``single``). Call ``applies`` first."""
 
     def __init__(self, kind: str, w: Any):
         self.kind, self.w = kind, w  # w keeps the arrays whose addresses are taken below alive
         W = width(kind)
+        self.layout: str | None = None
+        self.single: tuple[tuple[int, ...], tuple[int, ...]] | None = None  # (fns, weights) reading the records
         if kind in ("bf16", "bf16w"):
             codes, ps, pb, sg, G, k = w, 0, 0, 0, 0, w.shape[1]
             outer, inner = 1, k // W
@@ -221,6 +233,12 @@ class Tiled:
             codes, G, k = w.codes, w.group_size, w.shape[1]
             ps, pb, sg = w.scales.ctypes.data, w.biases.ctypes.data, w.scales.strides[0]
             outer, inner = (k // (2 * G), G // W) if kind in ("q4", "q4w", "q4i", "q4iw") else (k // G, G // W)
+            if w.records is not None and kind in RECORD_KINDS and SWITCHES.superblock_scales:
+                self.layout, records = w.records
+                fns = kernels(kind, G, self.layout)
+                assert fns is not None
+                at = records.ctypes.data
+                self.single = fns, (codes.ctypes.data, codes.strides[0], at, at, records.strides[0])
         fns = kernels(kind, G)
         assert fns is not None
         self.n, self.k, self.G = codes.shape[0], k, G
@@ -239,6 +257,11 @@ class Tiled:
             return X, side
         return X, NO_SIDE
 
+    def chosen(self, m: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """(tile functions, weight addresses) for a call of ``m`` rows: the records' where they pay (``RECORD_ROWS``),
+        else the float32 scales'. Either gives every element the same bits, so the choice cannot move a result."""
+        return self.single if self.single is not None and m <= RECORD_ROWS else (self.fns, self.weights)
+
     def __call__(self, X: np.ndarray) -> np.ndarray:
         if X.dtype != np.float32 or not X.flags.c_contiguous:
             X = np.ascontiguousarray(X, dtype=np.float32)
@@ -246,7 +269,8 @@ class Tiled:
         X, side = self.prepare(X)
         out = np.empty((m, self.n), np.float32)
         key = self.keys.get(m) or ("tiles", self.kind, (self.n, self.k), bucket(m))
-        fan_out(key, _drive, self.fns, self.NRs, *self.weights, X, side, out, self.n, *self.counts)
+        fns, weights = self.chosen(m)
+        fan_out(key, _drive, fns, self.NRs, *weights, X, side, out, self.n, *self.counts)
         return out
 
 

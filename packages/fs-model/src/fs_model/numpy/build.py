@@ -12,6 +12,7 @@ This is where the CPU path's decisions are made, in order:
 import contextlib
 import warnings
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -117,7 +118,9 @@ def _kept(ckpt: Checkpoint, name: str, dtype: str | None, quantize: str | None) 
         bits, group = ckpt.quant_params(name)
         base = name.removesuffix(".weight")
         if bits in (4, 8):
-            return from_mlx(ckpt.raw(name), ckpt.get(base + ".scales"), ckpt.get(base + ".biases"), bits, group)
+            codes = from_mlx(ckpt.raw(name), ckpt.get(base + ".scales"), ckpt.get(base + ".biases"), bits, group)
+            records = ckpt.superblocks(name)  # a GGUF K-quant: the tiles read these in place of scales / biases
+            return codes if records is None else replace(codes, records=records)
     if quantize is not None:
         stored = ckpt.raw(name) if ckpt.info(name).dtype in ("BF16", "F32") and not ckpt.is_quantized(name) else None
         w = stored if stored is not None else ckpt.get(name, np.float32, dequantize=True)

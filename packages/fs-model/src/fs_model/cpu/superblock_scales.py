@@ -1,0 +1,64 @@
+"""A K-quant group's scale and bias computed inside a tile from its super-block record, in LLVM IR.
+
+Why: GGUF's Q4_K / Q5_K / Q6_K keep, per 256 weights, one or two float16 factors and a small integer per group;
+fs's tiles read a float32 scale and bias per group instead, 8 bytes per 32 weights (Q4_K: 0.75 bytes per weight
+where the file has 0.56) or per 16 (Q6_K: 1.5 where the file has 0.82). A decode step streams every weight once,
+so those bytes are its time. Reading the records (``fs_weights.gguf_blocks``: 24 bytes per 256 weights for
+Q4_K / Q5_K, 20 for Q6_K) and multiplying in registers brings Q4_K to 0.59 and Q6_K to 1.08 bytes per weight.
+
+Contract: the products are ``gguf_blocks.expand_records``' own, in its order, and each is exact in float32 (an
+11-bit factor times a 6- or 8-bit integer), so a tile reading records computes every element with the very bits
+of the same tile reading the expanded ``.scales`` / ``.biases``:
+
+    k4 (Q4_K, Q5_K): record = d f32 | m f32 | 8 × int8 sc | 8 × int8 mn     scale = d·sc_j   bias = -(m·mn_j)
+    k6 (Q6_K):       record = d f32 | 16 × int8 sc                          scale = d·sc_j   bias = scale·-32
+
+for group g of a row: record g / per (``per`` groups a record), slot j = g mod per.
+"""
+
+from fs_weights.gguf_blocks import RECORDS
+
+LAYOUTS = tuple(RECORDS)
+MINUS_32 = "0xC040000000000000"  # -32.0 as LLVM writes a float constant (a double's bits, exact in float)
+
+
+def _byte(name: str, address: str) -> list[str]:
+    """%name = the int8 at ``address`` as a float."""
+    return [
+        f"  {name}.p = inttoptr i64 {address} to ptr",
+        f"  {name}.i = load i8, ptr {name}.p, align 1",
+        f"  {name} = sitofp i8 {name}.i to float",
+    ]
+
+
+def _float(name: str, address: str) -> list[str]:
+    return [f"  {name}.p = inttoptr i64 {address} to ptr", f"  {name} = load float, ptr {name}.p, align 1"]
+
+
+def scale_and_bias(s: str, b: str, row: str, group: str, layout: str) -> list[str]:
+    """IR defining ``s`` and ``b``: the scale and bias of group ``group`` (an i64 value) of the weight row whose
+    records start at address ``row`` (an i64 value), per the module's contract."""
+    R, per = RECORDS[layout]
+    at = 8 if layout == "k4" else 4  # where the scales start in a record
+    L = [
+        f"  {s}.sb = udiv i64 {group}, {per}",
+        f"  {s}.j = urem i64 {group}, {per}",
+        f"  {s}.ro = mul i64 {s}.sb, {R}",
+        f"  {s}.r = add i64 {row}, {s}.ro",
+        f"  {s}.jo = add i64 {s}.j, {at}",
+        f"  {s}.ja = add i64 {s}.r, {s}.jo",
+        *_float(f"{s}.d", f"{s}.r"),
+        *_byte(f"{s}.c", f"{s}.ja"),
+        f"  {s} = fmul float {s}.d, {s}.c",
+    ]
+    if layout == "k6":
+        return [*L, f"  {b} = fmul float {s}, {MINUS_32}"]
+    return [
+        *L,
+        f"  {b}.ma = add i64 {s}.r, 4",
+        *_float(f"{b}.m", f"{b}.ma"),
+        f"  {b}.na = add i64 {s}.ja, 8",
+        *_byte(f"{b}.n", f"{b}.na"),
+        f"  {b}.p = fmul float {b}.m, {b}.n",
+        f"  {b} = fneg float {b}.p",
+    ]
