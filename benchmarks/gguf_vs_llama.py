@@ -5,7 +5,8 @@ llama.cpp's next-token log-probabilities on the same file?
 
 A random Qwen3 (hidden 256, so K-quant super-blocks of 256 fit every matrix) with Qwen3's real vocabulary, and a
 random Qwen3-MoE of the same shapes (8 experts, 2 per token; llama.cpp's ``qwen3moe``), are each written as BF16 by
-``fs-convert-gguf``, then quantized by ``llama-quantize`` to Q4_K_M, Q5_K_M, Q6_K and Q4_1. For
+``fs-convert-gguf``, then quantized by ``llama-quantize`` to Q4_K_M, Q5_K_M, Q6_K and Q4_1; "fs Q4_K" is
+``fs-convert-gguf --outtype q4_k``'s own file (fs's Q4_K writer), which llama.cpp must run as it runs its own. For
 each file llama-server (``n_probs: 20``, greedy, one token) and fs (the file loaded as it is: Q4_K/Q4_1 on the 4-bit
 kernels, Q5_K/Q6_K as 8-bit codes on the 8-bit ones) score the same prompt; printed: whether the argmax agrees, and
 the largest and mean |fs - llama.cpp| log-probability over llama.cpp's top 20. llama.cpp rounds activations (to
@@ -27,7 +28,7 @@ from fs_generate.gguf_cli import export
 from fs_model import load_model
 from fs_weights import preset, write_random_checkpoint
 
-TYPES = ["BF16", "Q4_K_M", "Q5_K_M", "Q6_K", "Q4_1"]
+TYPES = ["BF16", "Q4_K_M", "Q5_K_M", "Q6_K", "Q4_1", "fs Q4_K"]
 MODELS = {  # the dense Qwen3, and a Qwen3-MoE llama.cpp's qwen3moe runs (every layer sparse, top-k renormalized)
     "dense": {},
     "moe": dict(
@@ -82,8 +83,10 @@ def main() -> None:
         if not bf16.exists():
             export(str(src), bf16, "bf16")
         for kind in TYPES:
-            f = bf16 if kind == "BF16" else root / f"{kind.lower()}.gguf"
-            if not f.exists():
+            f = bf16 if kind == "BF16" else root / f"{kind.lower().replace(' ', '-')}.gguf"
+            if kind == "fs Q4_K" and not f.exists():
+                export(str(src), f, "q4_k")
+            elif not f.exists():
                 subprocess.run([str(args.llama_bin / "llama-quantize"), str(bf16), str(f), kind], check=True,
                                capture_output=True)  # fmt: skip
             from gguf import GGUFReader

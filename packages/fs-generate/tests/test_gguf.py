@@ -77,6 +77,33 @@ def test_quantized_files_hold_exactly_the_gguf_blocks_as_mlx_affine(sources, exp
     assert greedy[0] == greedy[1]
 
 
+def test_q4_k_files_hold_fs_writers_blocks_and_fall_back_to_q5_0_as_llama_quantize_does(tmp_path):
+    """``--outtype q4_k``: every matrix whose rows are whole super-blocks of 256 is Q4_K (fs_weights.gguf_q4_k), read
+    back as exactly what gguf dequantizes its blocks to; the others are Q5_0, as llama-quantize falls back; the
+    model computes the source's logits within 4-bit rounding and on the super-block-record tiles."""
+    from fs_weights.gguf_q4_k import q4_k_blocks
+
+    shapes = dict(vocab_size=512, hidden_size=256, intermediate_size=384, head_dim=64, num_attention_heads=4,
+                  num_key_value_heads=2, bos_token_id=None, eos_token_id=None)  # fmt: skip
+    src = write_random_checkpoint(tmp_path / "src", preset("tiny", **shapes), dtype="float32")
+    f = write_gguf(src, tmp_path / "q4_k.gguf", ggml_type="Q4_K")
+    types = {t.name: t.tensor_type.name for t in gguf.GGUFReader(str(f)).tensors if len(t.shape) == 2}
+    assert {v for k, v in types.items() if "ffn_down" in k} == {"Q5_0"}  # 384 columns: not whole super-blocks
+    assert {v for k, v in types.items() if "ffn_down" not in k} == {"Q4_K"}
+    assert gguf.GGUFReader(str(f)).fields["general.file_type"].parts[-1][0] == 14  # llama.cpp's MOSTLY_Q4_K_S
+    name = "model.layers.1.self_attn.q_proj.weight"
+    with Checkpoint.open(src) as a, Checkpoint.open(f) as b:
+        want = gguf.quants.dequantize(q4_k_blocks(a.get(name)), gguf.GGMLQuantizationType.Q4_K)
+        assert b.quant_params(name) == (4, 32) and np.array_equal(b.get(name, dequantize=True), want)
+    ids = [3, 141, 59, 265, 358, 97]
+    from fs_model import load_model
+
+    ref = np.asarray(load_model(src, dtype="float32").forward(ids))
+    err = {t: np.asarray(load_model(g, dtype="float32").forward(ids)) - ref
+           for t, g in (("Q4_K", f), ("Q4_0", write_gguf(src, tmp_path / "q4_0.gguf", ggml_type="Q4_0")))}  # fmt: skip
+    assert np.linalg.norm(err["Q4_K"]) <= np.linalg.norm(err["Q4_0"])  # at least Q4_0's quality, as in llama.cpp
+
+
 @pytest.mark.parity
 def test_the_mlx_backend_reads_the_same_file(exported, reference):
     reference("mlx.core")

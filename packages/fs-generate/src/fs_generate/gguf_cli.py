@@ -29,7 +29,8 @@ from . import __version__
 from .cli import KNOWN_ERRORS
 from .errors import GenerateError
 
-TYPES = {"f32": "F32", "f16": "F16", "bf16": "BF16", "q8_0": "Q8_0", "q4_0": "Q4_0"}  # llama.cpp's spellings
+# llama.cpp's spellings -> ggml types
+TYPES = {"f32": "F32", "f16": "F16", "bf16": "BF16", "q8_0": "Q8_0", "q4_0": "Q4_0", "q4_k": "Q4_K"}
 
 
 def parser() -> argparse.ArgumentParser:

@@ -101,8 +101,8 @@ def _convert(args: argparse.Namespace) -> int:
     if str(args.out).lower().endswith(".gguf"):  # it would be a safetensors directory named like a GGUF file
         raise WeightsError(
             f"{args.out}: fs-weights convert writes a safetensors directory; write a GGUF file with "
-            f"`fs-convert-gguf {args.src} {args.out} --outtype bf16|f16|f32|q8_0|q4_0` (fs-generate's: it converts "
-            "the vocabulary too)"
+            f"`fs-convert-gguf {args.src} {args.out} --outtype bf16|f16|f32|q8_0|q4_0|q4_k` (fs-generate's: it "
+            "converts the vocabulary too)"
         )
     src = resolve_model_path(args.src)
     out, seconds = _with_progress(

@@ -1,10 +1,12 @@
-"""Write a Qwen3 checkpoint as a llama.cpp GGUF file (F32, F16, BF16, Q8_0 or Q4_0), through the ``gguf`` package.
+"""Write a Qwen3 checkpoint as a llama.cpp GGUF file (F32, F16, BF16, Q8_0, Q4_0 or Q4_K), through the ``gguf``
+package.
 
 The layout is llama.cpp's converter's for Qwen3: ``gguf_file.NAMES`` in reverse, 1-D tensors (norms) in F32,
 every matrix (the embedding included) in the chosen type, quantized by the ``gguf`` package's own Q8_0 / Q4_0
-quantizers, and the ``qwen3.*`` hyper-parameters. The vocabulary is the caller's: ``tokenizer_fields`` holds the
-``tokenizer.*`` keys (fs-tokenizer's ``gguf_fields(tokenizer, vocab_size)`` makes them). The file is written
-beside ``out`` and renamed into place.
+quantizers or fs's Q4_K writer (``gguf_q4_k``; a matrix whose rows are not whole super-blocks of 256 takes Q5_0
+instead, as ``llama-quantize`` falls back), and the ``qwen3.*`` hyper-parameters. The vocabulary is the caller's:
+``tokenizer_fields`` holds the ``tokenizer.*`` keys (fs-tokenizer's ``gguf_fields(tokenizer, vocab_size)`` makes
+them). The file is written beside ``out`` and renamed into place.
 """
 
 import os
@@ -19,9 +21,11 @@ from .checkpoint import Checkpoint
 from .config import Qwen3Config, load_config
 from .errors import WeightsError
 from .gguf_file import BLOCK, TOP
+from .gguf_q4_k import QK, q4_k_blocks
 
-TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0")
-FILE_TYPE = {"F32": 0, "F16": 1, "Q4_0": 2, "Q8_0": 7, "BF16": 32}  # llama.cpp's LLAMA_FTYPE_* numbers
+TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_K")
+# llama.cpp's LLAMA_FTYPE_* numbers (Q4_K everywhere is its MOSTLY_Q4_K_S: "Q4_K - Small")
+FILE_TYPE = {"F32": 0, "F16": 1, "Q4_0": 2, "Q8_0": 7, "Q4_K": 14, "BF16": 32}
 
 
 def gguf_name(hf: str) -> str:
@@ -90,8 +94,12 @@ def write_gguf(
                     w.add_tensor(gguf_name(name), x.astype(np.float32))
                 elif qtype == gguf.GGMLQuantizationType.F16:
                     w.add_tensor(gguf_name(name), x.astype(np.float16))
-                else:
-                    w.add_tensor(gguf_name(name), gguf.quants.quantize(x, qtype), raw_dtype=qtype)
+                elif qtype == gguf.GGMLQuantizationType.Q4_K and x.shape[-1] % QK == 0:
+                    blocks = q4_k_blocks(x.reshape(-1, x.shape[-1])).reshape(*x.shape[:-1], -1)
+                    w.add_tensor(gguf_name(name), blocks, raw_dtype=qtype)
+                else:  # Q8_0, Q4_0; Q4_K's fallback for rows that are not whole super-blocks: Q5_0
+                    kind = gguf.GGMLQuantizationType.Q5_0 if qtype == gguf.GGMLQuantizationType.Q4_K else qtype
+                    w.add_tensor(gguf_name(name), gguf.quants.quantize(x, kind), raw_dtype=kind)
             w.write_header_to_file()
             w.write_kv_data_to_file()
             w.write_tensors_to_file()
