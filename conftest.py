@@ -3,6 +3,7 @@
 import importlib
 import os
 import re
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
@@ -25,12 +26,42 @@ def reference() -> Callable[[str], ModuleType]:
     return load
 
 
+def _cloned_from(repo: Path) -> Path | None:
+    """The checkout this one was cloned from, when that is a local directory (``git clone . /tmp/ci``), else None."""
+    try:
+        url = subprocess.run(
+            ["git", "-C", str(repo), "remote", "get-url", "origin"], capture_output=True, text=True, timeout=10
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    url = url.removeprefix("file://")
+    return Path(url).resolve() if url and Path(url).is_dir() else None
+
+
+def qwen3_tokenizer_candidates(env: dict[str, str], repo: Path) -> list[Path]:
+    """Where the real Qwen3 tokenizer files are looked for, in order: $FS_QWEN3_TOKENIZER_DIR, ../shared/qwen3-tokenizer
+    beside this checkout, then beside the checkout it was cloned from. The last keeps a CI clone made elsewhere (the
+    README's `git clone . /tmp/ci`) running the tests that need the files, instead of skipping them all quietly."""
+    found = [Path(env["FS_QWEN3_TOKENIZER_DIR"])] if env.get("FS_QWEN3_TOKENIZER_DIR") else []
+    found.append(repo.parent / "shared" / "qwen3-tokenizer")
+    origin = _cloned_from(repo)
+    if origin is not None:
+        found.append(origin.parent / "shared" / "qwen3-tokenizer")
+    return found
+
+
+@pytest.fixture(scope="session")
+def qwen3_tokenizer_lookup() -> Callable[[dict[str, str], Path], list[Path]]:
+    """``qwen3_tokenizer_candidates`` itself (its test builds a checkout and a clone of it)."""
+    return qwen3_tokenizer_candidates
+
+
 @pytest.fixture(scope="session")
 def qwen3_tokenizer_dir() -> Path:
-    """The real Qwen3 tokenizer files: $FS_QWEN3_TOKENIZER_DIR, else ../shared/qwen3-tokenizer beside the repo."""
-    for d in (os.environ.get("FS_QWEN3_TOKENIZER_DIR"), REPO.parent / "shared" / "qwen3-tokenizer"):
-        if d and (Path(d) / "tokenizer.json").exists():
-            return Path(d)
+    """The real Qwen3 tokenizer files (``qwen3_tokenizer_candidates``); a skip that says how to get them elsewhere."""
+    for d in qwen3_tokenizer_candidates(dict(os.environ), REPO):
+        if (d / "tokenizer.json").exists():
+            return d
     pytest.skip(
         "Qwen3 tokenizer files not found: set FS_QWEN3_TOKENIZER_DIR to a directory holding Qwen3-0.6B's "
         "tokenizer.json and tokenizer_config.json (e.g. `hf download Qwen/Qwen3-0.6B tokenizer.json "
