@@ -5,7 +5,7 @@ import pytest
 
 from fs_kvcache import DenseKVCache
 from fs_model import cpu, load_model
-from fs_model.cpu import blas, fused
+from fs_model.cpu import attention, blas, fused
 from fs_model.cpu.affine import AffineLinear, quantize_affine
 from fs_model.cpu.bf16 import Bf16Linear
 from fs_model.cpu.decode_step import FusedAttention, FusedBlock
@@ -48,9 +48,9 @@ def test_attend_matches_the_reference_on_cache_buffers(nh, nkv):
     q = rng.standard_normal((B, nh, D), dtype=np.float32)
     pad = np.array([0, 5, T])  # no padding, some, and a row that sees nothing (uniform average)
     want = reference_attend(q, K, V, np.float32(D**-0.5), pad)
-    assert rel_err(fused.attend(q, kbuf, vbuf, T, np.float32(D**-0.5), pad), want) < 1e-5
+    assert rel_err(attention.attend(q, kbuf, vbuf, T, np.float32(D**-0.5), pad), want) < 1e-5
     Kc, Vc = np.ascontiguousarray(K), np.ascontiguousarray(V)  # a paged cache's gathered arrays
-    assert rel_err(fused.attend(q, Kc, Vc, T, np.float32(D**-0.5), pad), want) < 1e-5
+    assert rel_err(attention.attend(q, Kc, Vc, T, np.float32(D**-0.5), pad), want) < 1e-5
 
 
 def test_attend_reads_bf16_bits():
@@ -61,7 +61,7 @@ def test_attend_reads_bf16_bits():
     q = rng.standard_normal((B, nh, D), dtype=np.float32)
     pad = np.array([0, 7])
     want = reference_attend(q, bf16_to_f32(Kb[:, :, :T]), bf16_to_f32(Vb[:, :, :T]), np.float32(D**-0.5), pad)
-    assert rel_err(fused.attend(q, Kb, Vb, T, np.float32(D**-0.5), pad), want) < 1e-5
+    assert rel_err(attention.attend(q, Kb, Vb, T, np.float32(D**-0.5), pad), want) < 1e-5
 
 
 def test_norm_and_rope_match_the_reference():

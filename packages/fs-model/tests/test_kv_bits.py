@@ -114,7 +114,7 @@ def test_the_fused_kernels_read_the_codes_as_the_reference_does(bits, bf16, S):
     over ``dequantize_kv`` of the same codes within float32 summation order. Given equal codes the two agree on
     every host; comparing whole models instead would also compare the codes each path writes, and a K/V value one
     rounding from a code boundary flips a code on one CPU and not another (2e-4 on an AVX2 host, 0 on AVX-512)."""
-    from fs_model.cpu import HAVE_NUMBA, fused
+    from fs_model.cpu import HAVE_NUMBA, attention
 
     assert HAVE_NUMBA, "numba is not installed: the kernels session installs fs-model[fast]"
     rng = np.random.default_rng(bits + 10 * S + 100 * bf16)
@@ -122,7 +122,7 @@ def test_the_fused_kernels_read_the_codes_as_the_reference_does(bits, bf16, S):
     K, V = (quantize_kv(rng.standard_normal((B, nkv, slots, D), np.float32), bits, gs, bf16) for _ in "kv")
     q = rng.standard_normal((B, nh, S, D), np.float32)
     pad = np.array([0, 3])
-    got = fused.attend(q, K, V, T, np.float32(1 / np.sqrt(D)), pad)
+    got = attention.attend(q, K, V, T, np.float32(1 / np.sqrt(D)), pad)
     want = attention_over(q, dequantize_kv(K, bits, gs), dequantize_kv(V, bits, gs), T, pad)
     assert rel_err(got, want) <= 1e-5
 

@@ -112,7 +112,7 @@ def test_the_paged_kernel_equals_the_dense_reference_for_odd_contexts(block_size
     """The fused kernel over scattered blocks (a shuffled table) against the numpy reference over dense K/V."""
     if not cpu.HAVE_NUMBA:
         pytest.skip("numba is not installed: the fused kernels are tested by `nox -s kernels`")
-    from fs_model.cpu import fused
+    from fs_model.cpu import attention
 
     rng = np.random.default_rng(block_size)
     nh, nkv, D = 4, 2, 32
@@ -131,7 +131,7 @@ def test_the_paged_kernel_equals_the_dense_reference_for_odd_contexts(block_size
     starts = np.concatenate([[0], np.cumsum(news)]).astype(np.int64)
     q = rng.standard_normal((int(starts[-1]), nh, D)).astype(np.float32)
     scale = np.float32(D**-0.5)
-    got = fused.attend_rows(q, K, Vv, np.zeros(4, np.int64), tables, block_size, starts, np.array(ctx), scale)
+    got = attention.attend_rows(q, K, Vv, np.zeros(4, np.int64), tables, block_size, starts, np.array(ctx), scale)
     for i, c in enumerate(ctx):
         p = np.arange(c)
         slots = tables[i, p // block_size] * block_size + p % block_size

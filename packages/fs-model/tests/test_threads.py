@@ -102,7 +102,7 @@ def test_one_thread_and_the_pool_give_the_same_bits(reference, fmt):
         with threads.pinned(threads.pool_size()):
             many = layer.matmul(x)
         assert np.array_equal(one, many)
-    from fs_model.cpu.fused import attend
+    from fs_model.cpu.attention import attend
 
     q = rng.standard_normal((3, 16, 5, 128), dtype=np.float32)
     K, V = (rng.standard_normal((3, 8, 300, 128), dtype=np.float32) for _ in range(2))

@@ -24,8 +24,9 @@ it); compiled caches are keyed by the target, so the two sets of kernels never m
 
 One module per kernel family: ``tiles`` (register-tiled kernels for every kept format, LLVM IR), ``bf16`` (bf16
 weights as uint16 bits: the layer and its row kernel), ``affine`` (MLX-style 4/8-bit codes: the same),
-``bf16_gemm`` and ``vnni`` (hand-written LLVM IR, ``llvm_ir``), ``fused`` (the decode step's glue), ``blas``
-(BLAS-side helpers: scratch buffers, one OpenBLAS thread), ``threads`` (how many threads each call fans out to).
+``bf16_gemm`` and ``vnni`` (hand-written LLVM IR, ``llvm_ir``), ``fused`` (the decode step's glue), ``attention``
+(attention over a KV cache, read in place), ``blas`` (BLAS-side helpers: scratch buffers, one OpenBLAS thread),
+``threads`` (how many threads each call fans out to).
 """
 
 import os

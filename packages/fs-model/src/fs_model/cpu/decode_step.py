@@ -27,7 +27,7 @@ from ..numpy.block import Block
 from ..numpy.linear import DenseLinear, Linear, timed
 from ..numpy.mlp import MLP, silu
 from ..numpy.rope import RoPE
-from . import HAVE_NUMBA, SWITCHES, fused
+from . import HAVE_NUMBA, SWITCHES, attention, fused
 from .tile_groups import TileGroup
 
 
@@ -82,7 +82,7 @@ class FusedAttention(Attention):
         else:  # any other cache (a PagedKVCache: gathered from its blocks)
             K, V = cache.update_and_fetch(k, v)
             T = K.shape[2]
-        out = fused.attend(q, K, V, T, self.scale, pad)  # [B, nh, S, D]
+        out = attention.attend(q, K, V, T, self.scale, pad)  # [B, nh, S, D]
         return self.wo(out.transpose(0, 2, 1, 3).reshape(B, S, self.nh * self.D))
 
     def quantize_kv(self, x: np.ndarray, cache: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -97,7 +97,7 @@ class FusedAttention(Attention):
         st.write(layer, bt.slots, k, v)
         rows = np.zeros(len(bt.context), np.int64)  # one pool: every sequence reads row 0
         K, V = st.k[layer][None], st.v[layer][None]
-        return fused.attend_rows(q, K, V, rows, bt.tables, st.block_size, bt.starts, bt.context, self.scale)
+        return attention.attend_rows(q, K, V, rows, bt.tables, st.block_size, bt.starts, bt.context, self.scale)
 
 
 class FusedMLP(MLP):
