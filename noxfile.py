@@ -170,6 +170,7 @@ BENCHES = {
     "gguf_load": ["benchmarks/gguf_load.py"],
     "moe_experts": ["benchmarks/moe_experts.py"],
     "speculative": ["benchmarks/speculative.py"],
+    "attention": ["benchmarks/attention.py"],
     "gguf_vs_llama": ["benchmarks/gguf_vs_llama.py"],
     "kquant_speed": ["benchmarks/kquant_speed.py"],
     "moe_speed": ["benchmarks/moe_speed.py"],

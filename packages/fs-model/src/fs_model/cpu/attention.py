@@ -11,8 +11,9 @@ K and V are float32, bf16 bits (uint16) or a quantized cache's (codes, scales, b
 invariance: a query's arithmetic is one loop over its visible keys in increasing order, whatever the batch, the
 blocks, the padding or how its sequence was chunked, so a token attended in a prefill, in an engine step or alone
 in a decode step gets the same bits (tested against the reference in test_fused.py, test_paged_step.py and by the
-equality contracts). Where the time goes at 0.6B shapes (2026-12-06, Zen 4): ~18 GFLOP/s a thread, spread over the
-scores (~30 %), the weighted sum of values (~30 %), widening bf16 (~20 %) and exp (~10 %); docs/performance.md.
+equality contracts). Its speed (``benchmarks/attention.py``, docs/performance.md): ~16-17 GFLOP/s a thread at 0.6B
+shapes on a Zen 4 core, spread over the scores, the weighted sum, the bf16 widening and exp alike; a faster kernel
+needs the accumulators in registers, which the matrix tiles get from hand-written LLVM IR.
 """
 
 import sys
