@@ -171,6 +171,7 @@ BENCHES = {
     "moe_experts": ["benchmarks/moe_experts.py"],
     "speculative": ["benchmarks/speculative.py"],
     "attention": ["benchmarks/attention.py"],
+    "tile_streaming": ["benchmarks/tile_streaming.py"],
     "gguf_vs_llama": ["benchmarks/gguf_vs_llama.py"],
     "kquant_speed": ["benchmarks/kquant_speed.py"],
     "moe_speed": ["benchmarks/moe_speed.py"],

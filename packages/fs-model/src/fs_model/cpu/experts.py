@@ -31,7 +31,7 @@ from ..numpy.mlp import MLP, silu
 from ..numpy.moe import SparseMoE, route
 from . import HAVE_NUMBA
 from .threads import bucket, fan_out
-from .tiles import BLOCK, NO_SIDE, Tiled
+from .tiles import BLOCK, NO_SIDE, Tiled, panel_set
 
 if HAVE_NUMBA:
     from numba import njit, prange
@@ -85,7 +85,8 @@ class ExpertTiles:
         t = self.first
         out = np.empty((R, t.n), np.float32)
         key = ("experts", t.kind, (t.n, t.k), bucket(X.shape[0]))
-        fan_out(key, _drive_groups, t.fns, t.NRs, self.PW, self.sw, self.PS, self.PB, self.sg, groups, X, side, out,
+        fns, NRs = panel_set(t.fns, t.NRs, X.shape[0])
+        fan_out(key, _drive_groups, fns, NRs, self.PW, self.sw, self.PS, self.PB, self.sg, groups, X, side, out,
                 t.n, *t.counts)  # fmt: skip
         return out
 

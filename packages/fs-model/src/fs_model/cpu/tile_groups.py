@@ -87,7 +87,7 @@ class TileGroup:
         Xp, side = self.parts[0].prepare(X)  # the same preparation every part would make of X
         out = np.empty((m, self.N), np.float32)
         fns, params = self.single if self.single is not None and m <= tiles.RECORD_ROWS else (self.fns, self.params)
-        fan_out((self.key, bucket(m)), _drive_group, fns, self.NRs, params, self.ns, self.offsets,
+        fan_out((self.key, bucket(m)), _drive_group, *tiles.panel_set(fns, self.NRs, m), params, self.ns, self.offsets,
                 self.blocks, Xp, side, out, *self.counts)  # fmt: skip
         cols = [out[:, a : a + n] for a, n in zip(self.offsets, self.ns, strict=True)]
         return cols if m == 1 else [np.ascontiguousarray(c) for c in cols]

@@ -38,25 +38,33 @@ from .llvm_ir import ADDRESSES, compile_ir
 from .threads import bucket, fan_out
 
 # Tile shapes per format: (NR weight rows, MR input rows) for panels of 4, 2 and 1 input rows (a call's rows are
-# covered by 4-row panels, then a 2-row and a 1-row one: decode batches of 1 and 2 are common). Chosen by
-# measurement on the 0.6B shapes (docs/performance.md): AVX2's 16 vector registers hold the NR·MR accumulators
-# beside the NR converted weight chunks and an activation chunk.
+# covered by 4-row panels, then a 2-row and a 1-row one: decode batches of 1 and 2 are common), and last the tile a
+# call of exactly one row walks. Chosen by measurement on the 0.6B shapes (docs/performance.md): AVX2's 16 vector
+# registers hold the NR·MR accumulators beside the NR converted weight chunks and an activation chunk.
+#
+# Why a call of one row has its own tile: its weights come from memory, a 1-row panel after bigger ones reads a
+# block the 4-row panel just loaded. From memory, one weight row at a time (a single sequential stream) is what a
+# Zen 4 core prefetches best: NR = 1 streams 0.6B decode matrices at 25-32 GB/s on two threads where 4 or 8 rows
+# interleaved (streams 1-2 KiB apart) made 18-26 (benchmarks/tile_streaming.py); from cache, one row is a single
+# FMA chain and 4 rows' chains overlap (a 5-row verify pass, benchmarks/speculative.py --parts b: 99.2 ms with 1×1
+# there, 83.9 with 4×1). A 16-wide row's chain (64 FMAs per 1024 inputs) outruns memory; the 8-wide AVX2 kinds keep
+# their 1-row panel's tile for it.
 TILES = {
-    "bf16": ((2, 4), (4, 2), (4, 1)),
-    "q8": ((2, 4), (4, 2), (4, 1)),
-    "q4": ((1, 4), (4, 2), (4, 1)),
+    "bf16": ((2, 4), (4, 2), (4, 1), (4, 1)),
+    "q8": ((2, 4), (4, 2), (4, 1), (4, 1)),
+    "q4": ((1, 4), (4, 2), (4, 1), (4, 1)),
     # AVX-512 (16-wide, kinds named with a trailing w; 32 vector registers): measured like the AVX2 ones
-    "bf16w": ((4, 4), (4, 2), (4, 1)),
-    "q8w": ((2, 4), (4, 2), (4, 1)),
-    "q4w": ((2, 4), (2, 2), (4, 1)),
-    "q4i": ((1, 4), (2, 2), (2, 1)),  # 4-bit codes with int8 activations (integer_tiles.py)
-    "q8i": ((1, 4), (2, 2), (2, 1)),  # 8-bit codes with int8 activations (integer_tiles.py)
-    "q4iw": ((3, 4), (4, 2), (8, 1)),  # q4i on AVX-512 VNNI (vpdpbusd, 16 lanes)
+    "bf16w": ((4, 4), (4, 2), (4, 1), (1, 1)),
+    "q8w": ((2, 4), (4, 2), (4, 1), (1, 1)),
+    "q4w": ((2, 4), (2, 2), (4, 1), (4, 1)),  # 1×1 measured no faster for it
+    "q4i": ((1, 4), (2, 2), (2, 1), (2, 1)),  # 4-bit codes with int8 activations (integer_tiles.py); 1×1 even
+    "q8i": ((1, 4), (2, 2), (2, 1), (2, 1)),  # 8-bit codes with int8 activations (integer_tiles.py)
+    "q4iw": ((3, 4), (4, 2), (8, 1), (1, 1)),  # q4i on AVX-512 VNNI (vpdpbusd, 16 lanes)
 }
 INTEGER = ("q4i", "q8i", "q4iw")  # the kinds with int8 activations (integer_tiles.py)
 BLOCK = 16  # weight rows per parallel work item (a thread's share is whole blocks)
-if any(tuple(MR for _, MR in panels) != (4, 2, 1) for panels in TILES.values()):  # _drive's panel loop assumes it
-    raise AssertionError("every TILES entry lists its panels for 4, 2 and 1 input rows, in that order")
+if any(tuple(MR for _, MR in panels) != (4, 2, 1, 1) for panels in TILES.values()):  # ``panels`` assumes it
+    raise AssertionError("every TILES entry lists its panels for 4, 2 and 1 input rows and a one-row call's, in order")
 
 
 # Every tile function's arguments (i64 addresses, strides in bytes, counts): weights, scales, biases and their row
@@ -78,7 +86,8 @@ RECORD_ROWS = 1
 
 
 def kernels(kind: str, G: int = 0, layout: str | None = None) -> tuple[int, ...] | None:
-    """Per panel (4, 2, 1 input rows): the code addresses of its NR×MR tile and of its 1×MR edge; compiled once.
+    """Per panel (4, 2, 1 input rows, a one-row call): the code addresses of its NR×MR tile and of its 1×MR edge;
+    compiled once.
     ``layout``: the tiles read super-block records of that layout (a ``RECORD_KINDS`` kind)."""
     key = (kind, G, layout)
     if key not in _compiled:
@@ -147,7 +156,8 @@ if HAVE_NUMBA:
     @njit(cache=True)
     def panels(fns, NRs, lo, hi, m, pw, sw, ps, pb, sg, px, sx, pa, sa, po, so, G, P):  # pragma: no cover
         """Input rows 0..m-1 (at px, their side data at pa, their outputs at po) against weight rows lo..hi: panels
-        of 4 rows, then 2, then 1 (every tile computes each element by the same chain)."""
+        of 4 rows, then 2, then 1 (every tile computes each element by the same chain). ``fns``/``NRs``: what
+        ``panel_set`` gives for m rows."""
         t4, e4, t2, e2, t1, e1 = fns
         N4, N2, N1 = NRs
         r = 0
@@ -170,6 +180,16 @@ if HAVE_NUMBA:
         for blk in prange((n + BLOCK - 1) // BLOCK):
             lo, hi = blk * BLOCK, min(n, blk * BLOCK + BLOCK)
             panels(fns, NRs, lo, hi, m, pw, sw, ps, pb, sg, px, sx, pa, sa, po, so, G, P)
+
+
+def panel_set(fns: tuple[int, ...], NRs: tuple[int, ...], m: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(tiles, NRs) that ``panels`` walks for a call of ``m`` rows, from ``kernels``' eight addresses and TILES' four
+    NRs: the 4-, 2- and 1-row panels, where a call of one row takes its own tile as its 1-row panel (TILES says
+    why). Chosen here, per call, so ``panels`` stays one code path (a branch inside it measured int4 prefill 0.91×).
+    Either tile gives each element the same bits."""
+    if m == 1:
+        return fns[:4] + fns[6:], NRs[:2] + NRs[3:]
+    return fns[:6], NRs[:3]
 
 
 WIDE_FEATURES = ("avx512f", "avx512bw")
@@ -270,7 +290,7 @@ class Tiled:
         out = np.empty((m, self.n), np.float32)
         key = self.keys.get(m) or ("tiles", self.kind, (self.n, self.k), bucket(m))
         fns, weights = self.chosen(m)
-        fan_out(key, _drive, fns, self.NRs, *weights, X, side, out, self.n, *self.counts)
+        fan_out(key, _drive, *panel_set(fns, self.NRs, m), *weights, X, side, out, self.n, *self.counts)
         return out
 
 
