@@ -85,7 +85,8 @@ class ExpertTiles:
         t = self.first
         out = np.empty((R, t.n), np.float32)
         key = ("experts", t.kind, (t.n, t.k), bucket(X.shape[0]))
-        fns, NRs = panel_set(t.fns, t.NRs, X.shape[0])
+        one = int(groups[:, 3].max(initial=0)) <= 1  # a batch-1 step: each expert's weights for one row, from memory
+        fns, NRs = panel_set(t.fns, t.NRs, 1 if one else X.shape[0])
         fan_out(key, _drive_groups, fns, NRs, self.PW, self.sw, self.PS, self.PB, self.sg, groups, X, side, out,
                 t.n, *t.counts)  # fmt: skip
         return out
