@@ -185,8 +185,8 @@ if HAVE_NUMBA:
 def panel_set(fns: tuple[int, ...], NRs: tuple[int, ...], m: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """(tiles, NRs) that ``panels`` walks for a call of ``m`` rows, from ``kernels``' eight addresses and TILES' four
     NRs: the 4-, 2- and 1-row panels, where a call of one row takes its own tile as its 1-row panel (TILES says
-    why). Chosen here, per call, so ``panels`` stays one code path (a branch inside it measured int4 prefill 0.91×).
-    Either tile gives each element the same bits."""
+    why). Chosen here, per call, so the compiled ``panels`` loop is the one every call ran before. Either tile gives
+    each element the same bits."""
     if m == 1:
         return fns[:4] + fns[6:], NRs[:2] + NRs[3:]
     return fns[:6], NRs[:3]
