@@ -30,14 +30,15 @@ from fs_model.cpu.threads import pinned
 N, K, COPIES = 3072, 1024, 24
 
 
-def with_nr(kind: str, nr: int) -> Callable[[], None]:
-    """Make a one-row call of ``kind`` walk ``nr`` weight rows (recompiled on next use); returns the undo."""
-    shipped = tiles.TILES[kind]
-    tiles.TILES[kind] = (*shipped[:3], (nr, 1))
+def with_nr(key: str, nr: int) -> Callable[[], None]:
+    """Make a one-row call of the ``TILES[key]`` kind walk ``nr`` weight rows (recompiled on next use); returns the
+    undo."""
+    shipped = tiles.TILES[key]
+    tiles.TILES[key] = (*shipped[:3], (nr, 1))
     tiles._compiled.clear()
 
     def undo() -> None:
-        tiles.TILES[kind] = shipped
+        tiles.TILES[key] = shipped
         tiles._compiled.clear()
 
     return undo
@@ -63,12 +64,13 @@ def main() -> None:
         if not tiles.applies(base, K, G):
             print(f"| {name} | - | | | not tiled on this CPU | |")
             continue
-        shipped = tiles.TILES[kind][3][0]
+        key = tiles.tile_key(kind, G)  # the TILES entry (4-bit groups of 32 on VNNI have their own)
+        shipped = tiles.TILES[key][3][0]
         weights = [make() for _ in range(COPIES)]
         nbytes = sum(m.nbytes for m in weights)  # type: ignore[attr-defined]
         runs: dict[int, list[tiles.Tiled]] = {}
         for nr in sorted({shipped, 1, 2, 4, 8}):
-            undo = with_nr(kind, nr)
+            undo = with_nr(key, nr)
             runs[nr] = [tiles.Tiled(kind, m) for m in weights]  # compiled now, with this NR
             undo()
         want = [t(x) for t in runs[shipped]]

@@ -65,8 +65,8 @@ def replace_records(w, records):
     return replace(w, records=records)
 
 
-KINDS = [("Q4_K", "q4i"), ("Q4_K", "q4"), ("Q4_K", "q4w"), ("Q5_K", "q8"), ("Q5_K", "q8w"), ("Q6_K", "q8"),
-         ("Q6_K", "q8w")]  # fmt: skip
+KINDS = [("Q4_K", "q4i"), ("Q4_K", "q4iw"), ("Q4_K", "q4"), ("Q4_K", "q4w"), ("Q5_K", "q8"), ("Q5_K", "q8w"),
+         ("Q6_K", "q8"), ("Q6_K", "q8w")]  # fmt: skip
 
 
 @pytest.mark.parametrize("gguf_type, kind", KINDS)
@@ -103,10 +103,12 @@ def test_a_k_quant_layer_reads_records_and_fewer_bytes(tiled, monkeypatch):
 
 
 def test_the_kinds_without_a_record_reader_refuse_one():
-    from fs_model.cpu import float_tiles, integer_tiles
+    from fs_model.cpu import float_tiles, integer_tiles, vnni_superblock
 
-    with pytest.raises(ValueError, match="AVX2 4-bit integer tile only"):
+    with pytest.raises(ValueError, match="4-bit groups of 32 only"):
         integer_tiles.microkernel(1, 1, 4, True, 64, "k4")
+    with pytest.raises(ValueError, match="k4 super-block records, not k6"):
+        vnni_superblock.microkernel(1, 1, "k6")
     with pytest.raises(ValueError, match="bf16 weights have no scales"):
         float_tiles.microkernel("bf16", 1, 1, 0, 8, "k4")
 

@@ -59,9 +59,27 @@ def test_4_bit_groups_of_32_take_int8_activations_per_group_of_32(tiled):
     w, dense = weights("q4", n, k, group=32)
     x = np.random.default_rng(1).standard_normal((5, k), dtype=np.float32) * np.float32(3)
     assert AffineLinear(w).kind == "q4i"
-    got = tiles.matmul("q4i", w, x)
+    kinds = ["q4i"] + (["q4iw"] if tiles.kernels("q4iw", 32) is not None else [])  # VNNI: vnni_superblock.py
+    for kind in kinds:
+        got = tiles.matmul(kind, w, x)
+        assert rel_err(got, int8_activation_contract(w, x)) < 1e-5
+        assert rel_err(got, x.astype(np.float64) @ dense.astype(np.float64).T) < 5e-2
+
+
+@pytest.mark.parametrize("name", ["q_proj", "o_proj", "down"])
+def test_vnni_groups_of_32_walk_super_blocks_in_their_own_order(tiled, name):
+    """On VNNI, groups of 32 take the super-block tile: the contract to float32 rounding on the 0.6B shapes, and
+    its own order of the sums (another chain than the AVX2 tile's: the bits of the two differ, so one host runs one
+    of them for a matrix, chosen by ``widest``)."""
+    compiled("q4iw", 32)
+    n, k = SHAPES[name]
+    w, _ = weights("q4", n, k, group=32)
+    x = np.random.default_rng(1).standard_normal((5, k), dtype=np.float32) * np.float32(3)
+    assert tiles.widest("q4i", k, 32) == "q4iw" and AffineLinear(w).tiles.kind == "q4iw"  # type: ignore[union-attr]
+    got = tiles.matmul("q4iw", w, x)
     assert rel_err(got, int8_activation_contract(w, x)) < 1e-5
-    assert rel_err(got, x.astype(np.float64) @ dense.astype(np.float64).T) < 5e-2
+    assert not np.array_equal(got, tiles.matmul("q4i", w, x))
+    assert tiles.widest("q4i", 1024 + 64, 32) == "q4i"  # not a whole number of super-blocks: the AVX2 tile
 
 
 @pytest.mark.parametrize("kind", ["q8", "q8w"])
@@ -95,7 +113,8 @@ def test_int8_activations_need_groups_of_64_or_32_and_the_switch(tiled, monkeypa
     assert (
         not tiles.applies("q4i", 1024, 128) and not tiles.applies("q4i", 192, 64) and not tiles.applies("q8i", 1024, 32)
     )
-    assert tiles.applies("q4i", 1024, 32) and tiles.widest("q4i", 1024, 32) == "q4i"  # GGUF's Q4_K: AVX2's tile
+    vnni = tiles.kernels("q4iw", 32) is not None  # GGUF's Q4_K: VNNI's super-block tile, else AVX2's
+    assert tiles.applies("q4i", 1024, 32) and tiles.widest("q4i", 1024, 32) == ("q4iw" if vnni else "q4i")
     monkeypatch.setattr(cpu.SWITCHES, "int8_activations_8bit", True)
     assert AffineLinear(weights("q8", 8, 128)[0]).kind == "q8i"
     monkeypatch.setattr(cpu.SWITCHES, "int8_activations", False)
@@ -106,7 +125,8 @@ def test_int8_activations_need_groups_of_64_or_32_and_the_switch(tiled, monkeypa
 @pytest.mark.parametrize(
     "kind, group",
     [("bf16", 0), ("q8", 16), ("q8", 32), ("q8", 64), ("q8", 128), ("q4", 32), ("q4", 64), ("q4i", 32), ("q4i", 64),
-     ("q8i", 64), ("bf16w", 0), ("q8w", 16), ("q8w", 32), ("q8w", 128), ("q4w", 32), ("q4w", 64), ("q4iw", 64)],
+     ("q8i", 64), ("bf16w", 0), ("q8w", 16), ("q8w", 32), ("q8w", 128), ("q4w", 32), ("q4w", 64), ("q4iw", 64),
+     ("q4iw", 32)],
 )  # fmt: skip
 def test_a_row_gets_the_same_bits_in_every_panel(tiled, kind, group):
     """13 rows = panels of 4, 4, 4 and a lone row; 6 = 4 + 2; 3 = 2 + 1: a row computed by any of them, and alone,

@@ -252,7 +252,8 @@ def microkernel(NR: int, MR: int, bits: int = 4, vnni: bool = False, G: int = GR
     if G != GROUP and (bits != 4 or vnni):
         raise ValueError(f"the {bits}-bit{' VNNI' if vnni else ''} integer tile takes groups of {GROUP}, not {G}")
     if layout is not None and (bits != 4 or vnni):
-        raise ValueError("super-block records are read by the AVX2 4-bit integer tile only")
+        raise ValueError("super-block records are read by the integer tiles on 4-bit groups of 32 only (AVX2's here, "
+                         "VNNI's in vnni_superblock.py)")  # fmt: skip
     pairs = [(n, r) for n in range(NR) for r in range(MR)]
     W = 16 if vnni else 8
     body, last = _q4_vnni_body(NR, MR) if vnni else _q4_body(NR, MR, G, layout) if bits == 4 else _q8_body(NR, MR)

@@ -15,9 +15,9 @@ Invariance is kept by construction, in LLVM IR where the arithmetic is explicit 
     hsum adds lanes (0..3)+(4..7), then (0,1)+(2,3), then the two; every chain starts at 0.
 
 On a CPU with AVX-512 the float kinds run 16-wide (``bf16w``, ``q8w``, ``q4w``: chunks of 16, an hsum that first
-adds lanes (0..7)+(8..15)), and with VNNI the 4-bit integer kind too (``q4iw``); ``widest`` picks the width once
-per matrix. Every tile prefetches its weights
-``float_tiles.PREFETCH`` bytes ahead (a hint: no result changes).
+adds lanes (0..7)+(8..15)), and with VNNI the 4-bit integer kind too (``q4iw``; on groups of 32 a kernel of its own,
+vnni_superblock.py, with its own ``TILES`` entry: ``tile_key``); ``widest`` picks the width once per matrix. Every
+tile prefetches its weights ``float_tiles.PREFETCH`` bytes ahead (a hint: no result changes).
 
 Every tile shape (NR×MR, NR×1, 1×MR, 1×1) computes each element by exactly that chain, so the number of rows in a
 call, a row's place in it and the other rows cannot move a bit. The bits differ from the row kernels' (another
@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from . import HAVE_NUMBA, SWITCHES, float_tiles, integer_tiles
+from . import HAVE_NUMBA, SWITCHES, float_tiles, integer_tiles, vnni_superblock
 from .integer_tiles import quantize_rows
 from .llvm_ir import ADDRESSES, compile_ir
 from .threads import bucket, fan_out
@@ -60,6 +60,7 @@ TILES = {
     "q4i": ((1, 4), (2, 2), (2, 1), (2, 1)),  # 4-bit codes with int8 activations (integer_tiles.py); 1×1 even
     "q8i": ((1, 4), (2, 2), (2, 1), (2, 1)),  # 8-bit codes with int8 activations (integer_tiles.py)
     "q4iw": ((3, 4), (4, 2), (8, 1), (1, 1)),  # q4i on AVX-512 VNNI (vpdpbusd, 16 lanes)
+    "q4iw32": ((1, 4), (2, 2), (2, 1), (1, 1)),  # q4iw on groups of 32: its own kernel (vnni_superblock.py)
 }
 INTEGER = ("q4i", "q8i", "q4iw")  # the kinds with int8 activations (integer_tiles.py)
 BLOCK = 16  # weight rows per parallel work item (a thread's share is whole blocks)
@@ -81,8 +82,13 @@ _compiled: dict[tuple[str, int, str | None], tuple[int, ...] | None] = {}
 # and the calls that do: one row. Computing each scale costs arithmetic that only pays where the step is bound by
 # memory (a 38k x 1024 Q6_K matrix from memory: 1 row 1.41x faster, 2 rows even, 4+ 0.91-0.94x; in cache 0.65-0.90x;
 # docs/performance.md)
-RECORD_KINDS = ("q4i", "q8", "q4", "q8w", "q4w")
+RECORD_KINDS = ("q4i", "q8", "q4", "q8w", "q4w", "q4iw")
 RECORD_ROWS = 1
+
+
+def tile_key(kind: str, G: int) -> str:
+    """The ``TILES`` entry of a kind on groups of G: its own, except 4-bit groups of 32 on VNNI (another kernel)."""
+    return "q4iw32" if kind == "q4iw" and G == vnni_superblock.G else kind
 
 
 def kernels(kind: str, G: int = 0, layout: str | None = None) -> tuple[int, ...] | None:
@@ -91,11 +97,17 @@ def kernels(kind: str, G: int = 0, layout: str | None = None) -> tuple[int, ...]
     ``layout``: the tiles read super-block records of that layout (a ``RECORD_KINDS`` kind)."""
     key = (kind, G, layout)
     if key not in _compiled:
-        shapes = [s for NR, MR in TILES[kind] for s in ((NR, MR), (1, MR))]
-        names = [f"{kind}{'_' + layout if layout else ''}_{a}x{b}" for a, b in shapes]
+        prefix = tile_key(kind, G)
+        superblock = prefix == "q4iw32"  # 4-bit groups of 32 on VNNI: its own kernel
+        shapes = [s for NR, MR in TILES[prefix] for s in ((NR, MR), (1, MR))]
+        names = [f"{prefix}{'_' + layout if layout else ''}_{a}x{b}" for a, b in shapes]
         unique = dict(zip(names, shapes, strict=True))  # an NR of 1 makes a tile its own edge
         features: tuple[str, ...] = ("avx2", "fma")
-        if kind in INTEGER:
+        if superblock:
+            body = (vnni_superblock.microkernel(a, b, layout) for a, b in unique.values())
+            ir = integer_tiles.DECLARATIONS + "".join(body)
+            features = VNNI_FEATURES
+        elif kind in INTEGER:
             bits, vnni = (8 if kind == "q8i" else 4), kind == "q4iw"
             ir = integer_tiles.DECLARATIONS + "".join(
                 integer_tiles.microkernel(a, b, bits, vnni, G or integer_tiles.GROUP, layout)
@@ -208,8 +220,8 @@ def widest(kind: str, k: int, G: int = 0) -> str:
     wide = kind + "w"
     if kind not in ("bf16", "q8", "q4", "q4i") or not SWITCHES.wide_tiles or k % 16 or (G and G % 16):
         return kind
-    if kind == "q4i" and G != integer_tiles.GROUP:  # the VNNI tile's 64-byte registers hold pairs of groups of 64
-        return kind
+    if kind == "q4i" and G != integer_tiles.GROUP and (G != vnni_superblock.G or k % vnni_superblock.STEP):
+        return kind  # groups of 32 take VNNI a super-block (256 weights) per step: vnni_superblock.py
     return wide if kernels(wide, G) is not None else kind
 
 
@@ -253,6 +265,8 @@ class Tiled:
             codes, G, k = w.codes, w.group_size, w.shape[1]
             ps, pb, sg = w.scales.ctypes.data, w.biases.ctypes.data, w.scales.strides[0]
             outer, inner = (k // (2 * G), G // W) if kind in ("q4", "q4w", "q4i", "q4iw") else (k // G, G // W)
+            if kind == "q4iw" and G == vnni_superblock.G:
+                outer = k // vnni_superblock.STEP
             if w.records is not None and kind in RECORD_KINDS and SWITCHES.superblock_scales:
                 self.layout, records = w.records
                 fns = kernels(kind, G, self.layout)
@@ -262,7 +276,7 @@ class Tiled:
         fns = kernels(kind, G)
         assert fns is not None
         self.n, self.k, self.G = codes.shape[0], k, G
-        self.fns, self.NRs = fns, tuple(NR for NR, _ in TILES[kind])
+        self.fns, self.NRs = fns, tuple(NR for NR, _ in TILES[tile_key(kind, G)])
         self.weights = (codes.ctypes.data, codes.strides[0], ps, pb, sg)
         self.counts = (outer, inner)
         self.keys = {m: ("tiles", kind, codes.shape, bucket(m)) for m in range(1, 9)}

@@ -1,0 +1,163 @@
+"""4-bit groups of 32 (GGUF's Q4_K, Q4_0, Q4_1) on AVX-512 VNNI: a 16-wide integer tile that walks 256 weights
+(one K-quant super-block, eight groups) per loop step, in LLVM IR.
+
+Why: the VNNI tile of integer_tiles.py puts a pair of groups of 64 in one 64-byte register. With groups of 32 a pair
+is 32 bytes, so those matrices ran on the 8-wide AVX2 tile (``vpmaddubsw`` + ``vpmaddwd``, and one scale and bias per
+group computed in scalar code from the records) at ~16 GB/s in a Q4_K_M decode step, where the groups of 64 stream
+at ~25-30. Here one register holds two pairs - four groups - and a step reads a whole super-block, so a K-quant
+record's eight scales and eight biases are made as one vector each (8 int8 → float, times its float32 factor).
+
+Layout read (the planar 4-bit codes, 32 bytes per pair p of groups: low nibbles group 2p, high nibbles 2p+1), per
+weight row and step c: register A = code bytes [128c, 128c+64) = pairs 4c, 4c+1; B = the next 64. So
+
+    A.lo lanes 0-7: group 8c+0, lanes 8-15: 8c+2      A.hi: 8c+1 | 8c+3
+    B.lo:           group 8c+4,             8c+6      B.hi: 8c+5 | 8c+7
+
+and each input row's activations are gathered to match (two 32-byte halves per register).
+
+Contract (integer_tiles.py's quantities: activations quantized per group of 32, ``sx_g``, ``Σx_g``, weights
+``w = s·q + b``), for weight row i and input row r:
+
+    out[r, i] = hsum16(acc) + hsum8(bacc)
+    per step c, in the order A.lo, A.hi, B.lo, B.hi:
+        acc  = fma(float(vpdpbusd(plane, x)), [s_g·sx_g]×8 ‖ [s_g'·sx_g']×8, acc)     (g, g': the plane's groups)
+    then  bacc = fma(b[8c..8c+8], Σx[8c..8c+8], bacc)                                (lane j: group 8c+j)
+
+hsum16 / hsum8 as float_tiles.store: the halves added (0..7)+(8..15), then (0..3)+(4..7), (0,1)+(2,3), the two.
+Every tile shape computes an element by that chain (batch invariant); a K-quant's records and its expanded float32
+scales give the same products, so the records path has the same bits. Other bits than the AVX2 tile's (another
+order), which is why ``tiles.widest`` decides per matrix, once, which of the two a host runs.
+"""
+
+from .float_tiles import prefetch, store
+from .integer_tiles import _entry, _load
+from .superblock_scales import RECORDS
+
+STEP = 256  # weights per loop step: one K-quant super-block, eight groups of 32
+G = 32
+# the four 64-byte planes of a step: (code register, nibble), and the two groups (of the step's eight) each holds
+PLANES = (("A", "lo", 0, 2), ("A", "hi", 1, 3), ("B", "lo", 4, 6), ("B", "hi", 5, 7))
+
+
+def _splat8(name: str, scalar: str) -> list[str]:
+    return [
+        f"  {name}.0 = insertelement <8 x float> poison, float {scalar}, i32 0",
+        f"  {name} = shufflevector <8 x float> {name}.0, <8 x float> poison, <8 x i32> zeroinitializer",
+    ]
+
+
+def _bytes8(name: str, address: str) -> list[str]:
+    """%name = 8 int8 at ``address`` as 8 floats."""
+    return [*_load(f"{name}.i", address, 0, "<8 x i8>"), f"  {name} = sitofp <8 x i8> {name}.i to <8 x float>"]
+
+
+def _row_scalars(n: int, layout: str | None) -> list[str]:
+    """Weight row n's eight scales %s8_{n} and biases %b8_{n} of step %c: read as float32, or made from its k4
+    super-block record (superblock_scales.py: d f32 | m f32 | 8 × int8 sc | 8 × int8 mn; scale d·sc, bias -(m·mn))."""
+    if layout is None:
+        return _load(f"%s8_{n}", f"%sr{n}", "%gb", "<8 x float>") + _load(f"%b8_{n}", f"%br{n}", "%gb", "<8 x float>")
+    if layout != "k4":
+        raise ValueError(f"the VNNI tile for groups of 32 reads k4 super-block records, not {layout}")
+    r = f"%rec{n}"
+    return [
+        f"  {r} = add i64 %sr{n}, %rb",
+        *_load(f"%d{n}", r, 0, "float"),
+        *_load(f"%m{n}", r, 4, "float"),
+        *_splat8(f"%dv{n}", f"%d{n}"),
+        *_splat8(f"%mv{n}", f"%m{n}"),
+        f"  {r}.sc = add i64 {r}, 8",
+        f"  {r}.mn = add i64 {r}, 16",
+        *_bytes8(f"%sc{n}", f"{r}.sc"),
+        *_bytes8(f"%mn{n}", f"{r}.mn"),
+        f"  %s8_{n} = fmul <8 x float> %dv{n}, %sc{n}",
+        f"  %b8_{n}.p = fmul <8 x float> %mv{n}, %mn{n}",
+        f"  %b8_{n} = fneg <8 x float> %b8_{n}.p",
+    ]
+
+
+def _body(NR: int, MR: int, layout: str | None) -> list[str]:
+    """One step: the codes, activations and group scalars it reads, then per (weight row, input row) the four
+    planes' products folded into %acc{n}_{r}_3 and the biases into %bacc{n}_{r}.n."""
+    L = ["  %cb = mul i64 %c, 128", "  %gb = mul i64 %c, 32", "  %xo = mul i64 %c, 256"]
+    if layout is not None:
+        L.append(f"  %rb = mul i64 %c, {RECORDS[layout][0]}")
+    for n in range(NR):
+        L += [f"  %wc{n} = add i64 %wr{n}, %cb", *prefetch(f"%pf{n}", f"%wc{n}")]
+        for reg, off in (("A", 0), ("B", 64)):
+            L += _load(f"%cq{reg}{n}", f"%wc{n}", off, "<64 x i8>")
+            L += [
+                f"  %{reg}lo{n}.b = and <64 x i8> %cq{reg}{n}, splat (i8 15)",
+                f"  %{reg}hi{n}.b = lshr <64 x i8> %cq{reg}{n}, splat (i8 4)",
+                f"  %{reg}lo{n} = bitcast <64 x i8> %{reg}lo{n}.b to <16 x i32>",
+                f"  %{reg}hi{n} = bitcast <64 x i8> %{reg}hi{n}.b to <16 x i32>",
+            ]
+        L += _row_scalars(n, layout)
+    both = ", ".join(f"i32 {i}" for i in range(64))
+    for r in range(MR):
+        L += [f"  %xb{r} = add i64 %xr{r}, %xo", f"  %as{r} = add i64 %ar{r}, %ng4"]
+        for j in range(8):
+            L += _load(f"%xh{r}_{j}", f"%xb{r}", 32 * j, "<32 x i8>")
+        for reg, nib, g0, g1 in PLANES:
+            halves = f"<32 x i8> %xh{r}_{g0}, <32 x i8> %xh{r}_{g1}"
+            L += [
+                f"  %x{reg}{nib}{r}.b = shufflevector {halves}, <64 x i32> <{both}>",
+                f"  %x{reg}{nib}{r} = bitcast <64 x i8> %x{reg}{nib}{r}.b to <16 x i32>",
+            ]
+        L += _load(f"%sx8_{r}", f"%ar{r}", "%gb", "<8 x float>") + _load(f"%xs8_{r}", f"%as{r}", "%gb", "<8 x float>")
+    for n in range(NR):
+        for r in range(MR):
+            t = f"{n}_{r}"
+            L.append(f"  %kk_{t} = fmul <8 x float> %s8_{n}, %sx8_{r}")
+            prev = f"%acc{t}"
+            for h, (reg, nib, g0, g1) in enumerate(PLANES):
+                lanes = ", ".join([f"i32 {g0}"] * 8 + [f"i32 {g1}"] * 8)
+                L += [
+                    f"  %i{t}_{h} = call <16 x i32> @llvm.x86.avx512.vpdpbusd.512(<16 x i32> zeroinitializer, "
+                    f"<16 x i32> %{reg}{nib}{n}, <16 x i32> %x{reg}{nib}{r})",
+                    f"  %f{t}_{h} = sitofp <16 x i32> %i{t}_{h} to <16 x float>",
+                    f"  %k{t}_{h} = shufflevector <8 x float> %kk_{t}, <8 x float> poison, <16 x i32> <{lanes}>",
+                    f"  %acc{t}_{h} = call <16 x float> @llvm.fma.v16f32(<16 x float> %f{t}_{h}, "
+                    f"<16 x float> %k{t}_{h}, <16 x float> {prev})",
+                ]
+                prev = f"%acc{t}_{h}"
+            L.append(
+                f"  %bacc{t}.n = call <8 x float> @llvm.fma.v8f32(<8 x float> %b8_{n}, <8 x float> %xs8_{r}, "
+                f"<8 x float> %bacc{t})"
+            )
+    return L
+
+
+def _hsum8(v: str, e: str) -> list[str]:
+    """%bs{e} = the 8 lanes of ``v`` added as float_tiles.store adds an 8-wide accumulator."""
+    return [
+        f"  %bl{e} = shufflevector <8 x float> {v}, <8 x float> poison, <4 x i32> <i32 0, i32 1, i32 2, i32 3>",
+        f"  %bh{e} = shufflevector <8 x float> {v}, <8 x float> poison, <4 x i32> <i32 4, i32 5, i32 6, i32 7>",
+        f"  %bq{e} = fadd <4 x float> %bl{e}, %bh{e}",
+        f"  %bql{e} = shufflevector <4 x float> %bq{e}, <4 x float> poison, <2 x i32> <i32 0, i32 1>",
+        f"  %bqh{e} = shufflevector <4 x float> %bq{e}, <4 x float> poison, <2 x i32> <i32 2, i32 3>",
+        f"  %bd{e} = fadd <2 x float> %bql{e}, %bqh{e}",
+        f"  %be0{e} = extractelement <2 x float> %bd{e}, i32 0",
+        f"  %be1{e} = extractelement <2 x float> %bd{e}, i32 1",
+        f"  %bs{e} = fadd float %be0{e}, %be1{e}",
+    ]
+
+
+def microkernel(NR: int, MR: int, layout: str | None = None) -> str:
+    """``@q4iw32_{NR}x{MR}`` (``@q4iw32_k4_…`` reading k4 super-block records) with tiles.py's ABI; ``groups``
+    counts steps (super-blocks: k / 256), the side rows hold [sx_g for every group, then Σx_g for every group]."""
+    from .tiles import ABI
+
+    pairs = [(n, r) for n in range(NR) for r in range(MR)]
+    L = [*_entry(NR, MR, "mul i64 %groups, 32"), "loop:", "  %c = phi i64 [0, %entry], [%cn, %loop]"]
+    for n, r in pairs:
+        L.append(f"  %acc{n}_{r} = phi <16 x float> [zeroinitializer, %entry], [%acc{n}_{r}_3, %loop]")
+        L.append(f"  %bacc{n}_{r} = phi <8 x float> [zeroinitializer, %entry], [%bacc{n}_{r}.n, %loop]")
+    L += _body(NR, MR, layout)
+    L += ["  %cn = add i64 %c, 1", "  %cd = icmp sge i64 %cn, %groups", "  br i1 %cd, label %exit, label %loop"]
+    L.append("exit:")
+    for n, r in pairs:
+        L += _hsum8(f"%bacc{n}_{r}.n", f"{n}_{r}")
+        L += store(f"%acc{n}_{r}_3", f"%bs{n}_{r}", n, r, 16)
+    L.append("  ret void")
+    name = f"q4iw32{'_' + layout if layout else ''}_{NR}x{MR}"
+    return f"define void @{name}({ABI}) {{\n" + "\n".join(L) + "\n}\n"
