@@ -3,15 +3,15 @@ llama.cpp's next-token log-probabilities on the same file?
 
     uv run --group bench --package fs-generate python benchmarks/gguf_vs_llama.py --llama-bin DIR
 
-A random Qwen3 (hidden 256, so K-quant super-blocks of 256 fit every matrix) with Qwen3's real vocabulary, and a
-random Qwen3-MoE of the same shapes (8 experts, 2 per token; llama.cpp's ``qwen3moe``), are each written as BF16 by
+A random Qwen3 (hidden 256, so K-quant super-blocks of 256 fit every matrix) with Qwen3's real vocabulary, and a random
+Qwen3-MoE of the same shapes (8 experts, 2 per token; llama.cpp's ``qwen3moe``), are each written as BF16 by
 ``fs-convert-gguf``, then quantized by ``llama-quantize`` to Q4_K_M, Q5_K_M, Q6_K and Q4_1; "fs Q4_K" is
-``fs-convert-gguf --outtype q4_k``'s own file (fs's Q4_K writer), which llama.cpp must run as it runs its own. For
-each file llama-server (``n_probs: 20``, greedy, one token) and fs (the file loaded as it is: Q4_K/Q4_1 on the 4-bit
-kernels, Q5_K/Q6_K as 8-bit codes on the 8-bit ones) score the same prompt; printed: whether the argmax agrees, and
-the largest and mean |fs - llama.cpp| log-probability over llama.cpp's top 20. llama.cpp rounds activations (to
-Q8_K for K-quant dot products, to bf16 for BF16 rows) and fs does not everywhere, so the two differ by that
-rounding, not by zero.
+``fs-convert-gguf --outtype q4_k``'s own file (fs's Q4_K writer), which llama.cpp must run as it runs its own. For each
+file llama-server (``n_probs: 20``, greedy, one token) and fs (the file loaded as it is: Q4_K/Q4_1 on the 4-bit kernels,
+Q5_K as 8-bit codes on the 8-bit ones, Q6_K packed in 6 bits with int8 activations) score the same prompt; printed:
+whether the argmax agrees, and the largest and mean |fs - llama.cpp| log-probability over llama.cpp's top 20. llama.cpp
+rounds activations (to Q8_K for K-quant dot products, to bf16 for BF16 rows) and fs does not everywhere, so the two
+differ by that rounding, not by zero.
 """
 
 import argparse

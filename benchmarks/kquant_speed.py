@@ -50,6 +50,7 @@ def weight_bytes(f: Path) -> tuple[int, int]:
     scales and biases; bytes the file's tensors take)."""
     from gguf import GGUFReader
 
+    from fs_model.cpu import tiles
     from fs_weights import Checkpoint
 
     ours = 0
@@ -60,7 +61,11 @@ def weight_bytes(f: Path) -> tuple[int, int]:
             records = ck.superblocks(n) if ck.is_quantized(n) else None
             base = n.removesuffix(".weight")
             side = [ck.info(base + p).nbytes for p in (".scales", ".biases")] if ck.is_quantized(n) else []
-            ours += ck.info(n).nbytes + (records[1].nbytes if records is not None else sum(side))
+            codes = ck.info(n).nbytes
+            k = ck.info(base + ".scales").shape[-1] * 16 if records is not None else 0
+            if records is not None and records[0] == "k6" and tiles.applies("q6i", k, 16):
+                codes = codes * 3 // 4  # Q6_K kept in 6 bits (fs_model.cpu.six_bit.keep_packed)
+            ours += codes + (records[1].nbytes if records is not None else sum(side))
     return ours, sum(int(t.n_bytes) for t in GGUFReader(str(f)).tensors)
 
 

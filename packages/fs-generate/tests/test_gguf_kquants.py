@@ -149,6 +149,9 @@ def test_the_quantized_kernels_run_every_repacked_tensor(files, monkeypatch):
 
     if tiles.applies("q4i", 512, 32):  # by default Q4_K's groups of 32 take int8 activations, as llama.cpp's do
         assert {x.kind for x in linears(load_model(gguf_file)) if x.w.bits == 4} == {"q4i"}
+    if tiles.applies("q6i", 512, 16):  # and Q6_K is kept in 6 bits, on the integer tiles too (cpu/six_bit.py)
+        kept = {(x.w.bits, x.w.group_size, x.kind) for x in linears(load_model(gguf_file))}
+        assert {(6, 16, "q6i")} <= kept and all(bits != 8 or g != 16 for bits, g, _ in kept)
     monkeypatch.setattr(cpu.SWITCHES, "int8_activations", False)  # float activations: the repack alone is measured
     model = load_model(gguf_file)  # native: those codes on the quantized kernels
     assert {(x.w.bits, x.w.group_size) for x in linears(model)} == {(4, 32), (8, 32), (8, 16)}
@@ -187,6 +190,24 @@ def test_k_quant_matrices_read_their_super_block_records_with_the_same_bits(file
     assert plain == {None}
     for got, ref in zip(logits, want, strict=True):
         assert np.isfinite(ref).all() and np.array_equal(got.view(np.uint32), ref.view(np.uint32))
+
+
+@pytest.mark.kernels
+def test_k_quant_files_keep_the_equality_contracts(files):
+    """On the K-quant kernels (Q4_K and Q4_1 on the groups-of-32 integer tiles, Q6_K packed in 6 bits, Q5_* as
+    8-bit groups of 32), as on every kept format: a sequence's logits are the same bits prefilled in one call or
+    token by token from its cache, and alone or in a batch beside another sequence."""
+    gguf_file, _ = files
+    model = load_model(gguf_file)
+    a, b = [3, 141, 59, 265, 358, 97], [93, 238, 7, 11, 400, 5]
+    whole = np.asarray(model(model.tokens_array([a]), 0, model.make_cache()))[0]
+    cache = model.make_cache()
+    steps = [np.asarray(model(model.tokens_array([[t]]), i, cache))[0, -1] for i, t in enumerate(a)]
+    assert np.isfinite(whole).all() and np.array_equal(np.stack(steps).view(np.uint32), whole.view(np.uint32))
+    batch = np.asarray(model(model.tokens_array([a, b]), 0, model.make_cache()))
+    alone = np.asarray(model(model.tokens_array([b]), 0, model.make_cache()))[0]
+    assert np.array_equal(batch[0].view(np.uint32), whole.view(np.uint32))
+    assert np.array_equal(batch[1].view(np.uint32), alone.view(np.uint32))
 
 
 def test_damaged_k_quant_files_are_one_named_error(files, tmp_path):

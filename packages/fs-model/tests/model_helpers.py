@@ -46,7 +46,7 @@ def rel_err(got, want) -> float:
 
 
 def int8_activation_contract(w, x):
-    """integer_tiles.py's (and vnni.py's) formula in exact arithmetic: Σ_g s_g·sx_g·(q_g · xq_g) + b_g·Σx_g, with the
+    """integer_tiles.py's (and vnni.py's) formula in exact arithmetic: Σ_g s_g·sx_g·(q_g · xq_g) + b_g·x̂s_g, with the
     activations quantized per group (the weights' G) by the library's own quantizer (tested on its own in
     test_tiles.py); 4-bit codes are unpacked from the planar layout, 8-bit ones used as they are."""
     import numpy as np
@@ -57,7 +57,9 @@ def int8_activation_contract(w, x):
     n, G = w.shape[0], w.group_size
     xq, side = quantize_rows(x, G)
     sx, xs = scales_and_sums(side)
-    codes = affine._unplanar(w.codes, G) if w.bits == 4 else w.codes
+    from fs_model.cpu import six_bit
+
+    codes = affine._unplanar(w.codes, G) if w.bits == 4 else six_bit.unpack(w.codes) if w.bits == 6 else w.codes
     codes = codes.astype(np.int64).reshape(n, -1, G)
     dots = np.einsum("ngj,mgj->mng", codes, xq.astype(np.int64).reshape(x.shape[0], -1, G))
     s, b = w.scales.astype(np.float64)[None], w.biases.astype(np.float64)[None]

@@ -5,13 +5,13 @@ compute-bound at ~20 GB/s. ``vpdpbusd`` multiplies 64 unsigned bytes by 64 signe
 four into 16 int32 lanes: one instruction per 64 weights. numba does not emit it from Python loops, so the row
 kernel below is LLVM IR calling the intrinsic, compiled once at import and called from a numba loop.
 
-Contract (what llama.cpp does for Q4_0): the activations of a decode step are quantized per group of 64 to int8,
-``x ≈ sx_g · xq``, ``sx_g = max|x_g| / 127``. With weights ``w = s·q + b`` a row's dot product is
-``Σ_g s_g·sx_g·(q_g · xq_g) + b_g·Σ x_g`` — the bias term uses the exact float sums. Each integer dot is exact;
-the only new error is the activation rounding (≤ sx_g/2 per element). Measured on the 0.6B shapes: 4-bit decode
-+16 %; for 8-bit codes the float kernel already streams at the memory limit and the integer path was not faster
-(while tripling the logit error on the demo model), so 8-bit keeps float activations. Used for group 64 with an
-even number of groups (the planar pairs); prefill keeps float activations (dequantize + BLAS).
+Contract (what llama.cpp does for Q4_0): the activations of a decode step are quantized per group of 64 to int8, ``x ≈
+sx_g · xq``, ``sx_g = max|x_g| / 127``. With weights ``w = s·q + b`` a row's dot product is ``Σ_g s_g·sx_g·(q_g · xq_g)
++ b_g·sx_g·Σ xq_g`` — the bias term sums the rounded activations too (integer_tiles.py says why). Each integer dot is
+exact; the only new error is the activation rounding (≤ sx_g/2 per element). Measured on the 0.6B shapes: 4-bit decode
++16 %; for 8-bit codes the float kernel already streams at the memory limit and the integer path was not faster (while
+tripling the logit error on the demo model), so 8-bit keeps float activations. Used for group 64 with an even number of
+groups (the planar pairs); prefill keeps float activations (dequantize + BLAS).
 ``FS_INT8_ACTIVATIONS=0`` turns it off (cpu/__init__.py).
 """
 

@@ -15,13 +15,13 @@ weight row and step c: register A = code bytes [128c, 128c+64) = pairs 4c, 4c+1;
 
 and each input row's activations are gathered to match (two 32-byte halves per register).
 
-Contract (integer_tiles.py's quantities: activations quantized per group of 32, ``sx_g``, ``Σx_g``, weights
+Contract (integer_tiles.py's quantities: activations quantized per group of 32, ``sx_g``, ``x̂s_g``, weights
 ``w = s·q + b``), for weight row i and input row r:
 
     out[r, i] = hsum16(acc) + hsum8(bacc)
     per step c, in the order A.lo, A.hi, B.lo, B.hi:
         acc  = fma(float(vpdpbusd(plane, x)), [s_g·sx_g]×8 ‖ [s_g'·sx_g']×8, acc)     (g, g': the plane's groups)
-    then  bacc = fma(b[8c..8c+8], Σx[8c..8c+8], bacc)                                (lane j: group 8c+j)
+    then  bacc = fma(b[8c..8c+8], x̂s[8c..8c+8], bacc)                               (lane j: group 8c+j)
 
 hsum16 / hsum8 as float_tiles.store: the halves added (0..7)+(8..15), then (0..3)+(4..7), (0,1)+(2,3), the two.
 Every tile shape computes an element by that chain (batch invariant); a K-quant's records and its expanded float32
@@ -144,7 +144,7 @@ def _hsum8(v: str, e: str) -> list[str]:
 
 def microkernel(NR: int, MR: int, layout: str | None = None) -> str:
     """``@q4iw32_{NR}x{MR}`` (``@q4iw32_k4_…`` reading k4 super-block records) with tiles.py's ABI; ``groups``
-    counts steps (super-blocks: k / 256), the side rows hold [sx_g for every group, then Σx_g for every group]."""
+    counts steps (super-blocks: k / 256), the side rows hold [sx_g for every group, then x̂s_g for every group]."""
     from .tiles import ABI
 
     pairs = [(n, r) for n in range(NR) for r in range(MR)]
