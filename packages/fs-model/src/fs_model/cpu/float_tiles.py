@@ -32,33 +32,35 @@ def _row(base: str, stride: str, n: int, name: str) -> list[str]:
     return [f"  %{name}m = mul i64 {stride}, {n}", f"  %{name} = add i64 {base}, %{name}m"]
 
 
+def hsum(v: str, W: int, e: str) -> tuple[list[str], str]:
+    """(IR, the scalar) adding the W lanes (16, 8 or 4) of ``v`` by every tile's tree (tiles.py): the low half and the
+    high half, lane by lane, down to one: 16 lanes (0..7)+(8..15), then (0..3)+(4..7), (0,1)+(2,3), the two.
+    ``e`` makes the names unique."""
+    L: list[str] = []
+    while W > 1:
+        h = W // 2
+        lo, hi = ", ".join(f"i32 {i}" for i in range(h)), ", ".join(f"i32 {i}" for i in range(h, W))
+        vt, ht = f"<{W} x float>", f"<{h} x float>" if h > 1 else "float"
+        if h == 1:
+            L += [f"  %hs{W}l{e} = extractelement {vt} {v}, i32 0", f"  %hs{W}h{e} = extractelement {vt} {v}, i32 1"]
+        else:
+            L += [
+                f"  %hs{W}l{e} = shufflevector {vt} {v}, {vt} poison, <{h} x i32> <{lo}>",
+                f"  %hs{W}h{e} = shufflevector {vt} {v}, {vt} poison, <{h} x i32> <{hi}>",
+            ]
+        L.append(f"  %hs{W}s{e} = fadd {ht} %hs{W}l{e}, %hs{W}h{e}")
+        v, W = f"%hs{W}s{e}", h
+    return L, v
+
+
 def store(acc: str, bsum: str | None, n: int, r: int, W: int = 8) -> list[str]:
     """Output element (n, r) = hsum(acc) [+ bsum], stored at po + r·so + 4n. The sum's tree is part of every tile's
-    contract (tiles.py): 16 lanes first add (0..7)+(8..15); then lanes (0..3)+(4..7), (0,1)+(2,3), the two."""
+    contract (``hsum``)."""
     e = f"{n}_{r}"
-    lines = []
-    if W == 16:
-        halves = ", ".join(f"i32 {i}" for i in range(8)), ", ".join(f"i32 {i}" for i in range(8, 16))
-        lines = [
-            f"  %wl{e} = shufflevector <16 x float> {acc}, <16 x float> poison, <8 x i32> <{halves[0]}>",
-            f"  %wh{e} = shufflevector <16 x float> {acc}, <16 x float> poison, <8 x i32> <{halves[1]}>",
-            f"  %w8{e} = fadd <8 x float> %wl{e}, %wh{e}",
-        ]
-        acc = f"%w8{e}"
-    lines += [
-        f"  %l{e} = shufflevector <8 x float> {acc}, <8 x float> poison, <4 x i32> <i32 0, i32 1, i32 2, i32 3>",
-        f"  %h{e} = shufflevector <8 x float> {acc}, <8 x float> poison, <4 x i32> <i32 4, i32 5, i32 6, i32 7>",
-        f"  %q{e} = fadd <4 x float> %l{e}, %h{e}",
-        f"  %ql{e} = shufflevector <4 x float> %q{e}, <4 x float> poison, <2 x i32> <i32 0, i32 1>",
-        f"  %qh{e} = shufflevector <4 x float> %q{e}, <4 x float> poison, <2 x i32> <i32 2, i32 3>",
-        f"  %d{e} = fadd <2 x float> %ql{e}, %qh{e}",
-        f"  %e0{e} = extractelement <2 x float> %d{e}, i32 0",
-        f"  %e1{e} = extractelement <2 x float> %d{e}, i32 1",
-        f"  %y{e} = fadd float %e0{e}, %e1{e}",
-    ]
-    out = f"%y{e}"
+    lines, total = hsum(acc, W, e)
+    out = total
     if bsum is not None:
-        lines.append(f"  %z{e} = fadd float %y{e}, {bsum}")
+        lines.append(f"  %z{e} = fadd float {total}, {bsum}")
         out = f"%z{e}"
     return [
         *lines,

@@ -22,7 +22,7 @@ row r, per block c in order (its four groups g = 4c..4c+3 are four int32 lanes e
 
     acc  = fma(float(integer sums), [s_g · sx_g, each over its group's lanes], acc)   (AVX2: two halves of 8 lanes)
     bacc = fma(b[4c..4c+4], x̂s[4c..4c+4], bacc)                                     (4 lanes: group 4c + j)
-    out[r, i] = hsum(acc) + hsum4(bacc)            (hsum: float_tiles.store's tree; hsum4: (0,1)+(2,3), the two)
+    out[r, i] = hsum(acc) + hsum(bacc)                       (float_tiles.hsum's tree, on W lanes and on 4)
 
 Every tile shape computes an element by that chain (batch invariant); the records (k6: ``s = d·sc``, ``b = -32·s``)
 and the expanded float32 scales give the same products, so the same bits. Packing is a storage decision, made in
@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from .float_tiles import prefetch, store
+from .float_tiles import hsum, prefetch, store
 from .integer_tiles import _entry, _load
 from .superblock_scales import MINUS_32, RECORDS
 
@@ -163,18 +163,6 @@ def _products(n: int, r: int, W: int) -> list[str]:
     return [*L, f"  %bacc{t}.n = call {v} @llvm.fma.v4f32({v} %b4_{n}, {v} %xs4_{r}, {v} %bacc{t})"]
 
 
-def _hsum4(v: str, e: str) -> list[str]:
-    """%bs{e} = the 4 lanes of ``v``: (0,1) + (2,3), then the two."""
-    return [
-        f"  %bl{e} = shufflevector <4 x float> {v}, <4 x float> poison, <2 x i32> <i32 0, i32 1>",
-        f"  %bh{e} = shufflevector <4 x float> {v}, <4 x float> poison, <2 x i32> <i32 2, i32 3>",
-        f"  %bd{e} = fadd <2 x float> %bl{e}, %bh{e}",
-        f"  %be0{e} = extractelement <2 x float> %bd{e}, i32 0",
-        f"  %be1{e} = extractelement <2 x float> %bd{e}, i32 1",
-        f"  %bs{e} = fadd float %be0{e}, %be1{e}",
-    ]
-
-
 def microkernel(NR: int, MR: int, vnni: bool, layout: str | None = None) -> str:
     """``@q6i{w}{_k6}_{NR}x{MR}`` with tiles.py's ABI: pw/sw the packed codes, ps/pb/sg float32 scales and biases per
     group of 16 (or ps/sg the k6 super-block records), px/sx int8 activations, pa/sa each input row's [sx_g for
@@ -205,8 +193,8 @@ def microkernel(NR: int, MR: int, vnni: bool, layout: str | None = None) -> str:
     L += ["  %cn = add i64 %c, 1", "  %cd = icmp sge i64 %cn, %groups", "  br i1 %cd, label %exit, label %loop"]
     L.append("exit:")
     for n, r in pairs:
-        L += _hsum4(f"%bacc{n}_{r}.n", f"{n}_{r}")
-        L += store(f"%acc{n}_{r}.n", f"%bs{n}_{r}", n, r, W)
+        bias, bsum = hsum(f"%bacc{n}_{r}.n", 4, f"b{n}_{r}")
+        L += bias + store(f"%acc{n}_{r}.n", bsum, n, r, W)
     L.append("  ret void")
     from .tiles import ABI
 

@@ -23,13 +23,13 @@ Contract (integer_tiles.py's quantities: activations quantized per group of 32, 
         acc  = fma(float(vpdpbusd(plane, x)), [s_g·sx_g]×8 ‖ [s_g'·sx_g']×8, acc)     (g, g': the plane's groups)
     then  bacc = fma(b[8c..8c+8], x̂s[8c..8c+8], bacc)                               (lane j: group 8c+j)
 
-hsum16 / hsum8 as float_tiles.store: the halves added (0..7)+(8..15), then (0..3)+(4..7), (0,1)+(2,3), the two.
+hsum16 / hsum8: float_tiles.hsum's tree, halves added (0..7)+(8..15), then (0..3)+(4..7), (0,1)+(2,3), the two.
 Every tile shape computes an element by that chain (batch invariant); a K-quant's records and its expanded float32
 scales give the same products, so the records path has the same bits. Other bits than the AVX2 tile's (another
 order), which is why ``tiles.widest`` decides per matrix, once, which of the two a host runs.
 """
 
-from .float_tiles import prefetch, store
+from .float_tiles import hsum, prefetch, store
 from .integer_tiles import _entry, _load
 from .superblock_scales import RECORDS
 
@@ -127,21 +127,6 @@ def _body(NR: int, MR: int, layout: str | None) -> list[str]:
     return L
 
 
-def _hsum8(v: str, e: str) -> list[str]:
-    """%bs{e} = the 8 lanes of ``v`` added as float_tiles.store adds an 8-wide accumulator."""
-    return [
-        f"  %bl{e} = shufflevector <8 x float> {v}, <8 x float> poison, <4 x i32> <i32 0, i32 1, i32 2, i32 3>",
-        f"  %bh{e} = shufflevector <8 x float> {v}, <8 x float> poison, <4 x i32> <i32 4, i32 5, i32 6, i32 7>",
-        f"  %bq{e} = fadd <4 x float> %bl{e}, %bh{e}",
-        f"  %bql{e} = shufflevector <4 x float> %bq{e}, <4 x float> poison, <2 x i32> <i32 0, i32 1>",
-        f"  %bqh{e} = shufflevector <4 x float> %bq{e}, <4 x float> poison, <2 x i32> <i32 2, i32 3>",
-        f"  %bd{e} = fadd <2 x float> %bql{e}, %bqh{e}",
-        f"  %be0{e} = extractelement <2 x float> %bd{e}, i32 0",
-        f"  %be1{e} = extractelement <2 x float> %bd{e}, i32 1",
-        f"  %bs{e} = fadd float %be0{e}, %be1{e}",
-    ]
-
-
 def microkernel(NR: int, MR: int, layout: str | None = None) -> str:
     """``@q4iw32_{NR}x{MR}`` (``@q4iw32_k4_…`` reading k4 super-block records) with tiles.py's ABI; ``groups``
     counts steps (super-blocks: k / 256), the side rows hold [sx_g for every group, then x̂s_g for every group]."""
@@ -156,8 +141,8 @@ def microkernel(NR: int, MR: int, layout: str | None = None) -> str:
     L += ["  %cn = add i64 %c, 1", "  %cd = icmp sge i64 %cn, %groups", "  br i1 %cd, label %exit, label %loop"]
     L.append("exit:")
     for n, r in pairs:
-        L += _hsum8(f"%bacc{n}_{r}.n", f"{n}_{r}")
-        L += store(f"%acc{n}_{r}_3", f"%bs{n}_{r}", n, r, 16)
+        bias, bsum = hsum(f"%bacc{n}_{r}.n", 8, f"b{n}_{r}")
+        L += bias + store(f"%acc{n}_{r}_3", bsum, n, r, 16)
     L.append("  ret void")
     name = f"q4iw32{'_' + layout if layout else ''}_{NR}x{MR}"
     return f"define void @{name}({ABI}) {{\n" + "\n".join(L) + "\n}\n"
