@@ -4,9 +4,9 @@
     uv run --all-packages --all-extras --group parity --group bench python benchmarks/kquant_speed.py --llama-bin DIR
 
 The random checkpoint with Qwen3-0.6B's shapes (bf16, Qwen3's real vocabulary) is written as a BF16 GGUF by
-``fs-convert-gguf``, then ``llama-quantize`` makes the Q4_K_M and Q6_K files llama.cpp users run. Each file is
-loaded by fs as it is (``dtype="native"``: Q4_K on the 4-bit kernels, Q6_K as 8-bit groups of 16, both exact
-repacks of the file's codes, their scales read from the K-quants' super-block records) and timed by ``llama-bench
+``fs-convert-gguf``, then ``llama-quantize`` makes the Q4_K_M, Q5_K_M and Q6_K files llama.cpp users run. Each file
+is loaded by fs as it is (``dtype="native"``: Q4_K on the 4-bit kernels, Q5_K and Q6_K packed in 5 and 6 bits,
+exact repacks of the file's codes, their scales read from the K-quants' super-block records) and timed by ``llama-bench
 -p P -n N -t 2``; prefill P and decode N, every engine in its own process, rounds interleaved, each engine's best
 round kept (this machine moves ±20 % run to run). fs also runs with ``FS_SUPERBLOCK_SCALES=0`` (float32 scales and
 biases per group: the same bits, more bytes) in the same rounds. Printed: tok/s, fs ÷ llama.cpp, the bytes each
@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from common import CACHE, qwen3_06b
 from same_file import interleaved, table
 
-TYPES = ["Q4_K_M", "Q6_K"]
+TYPES = ["Q4_K_M", "Q5_K_M", "Q6_K"]
 
 
 def gguf_files(llama_bin: Path, tokenizer: str) -> dict[str, Path]:
@@ -62,9 +62,10 @@ def weight_bytes(f: Path) -> tuple[int, int]:
             base = n.removesuffix(".weight")
             side = [ck.info(base + p).nbytes for p in (".scales", ".biases")] if ck.is_quantized(n) else []
             codes = ck.info(n).nbytes
-            k = ck.info(base + ".scales").shape[-1] * 16 if records is not None else 0
-            if records is not None and records[0] == "k6" and tiles.applies("q6i", k, 16):
-                codes = codes * 3 // 4  # Q6_K kept in 6 bits (fs_model.cpu.six_bit.keep_packed)
+            bits = ck.code_bits(n)  # GGUF's 5- and 6-bit codes, kept packed (fs_model.cpu.packed_codes.keep_packed)
+            G = ck.quant_params(n)[1] if bits is not None else 0
+            if bits is not None and tiles.applies(f"q{bits}i", ck.info(base + ".scales").shape[-1] * G, G):
+                codes = codes * bits // 8
             ours += codes + (records[1].nbytes if records is not None else sum(side))
     return ours, sum(int(t.n_bytes) for t in GGUFReader(str(f)).tensors)
 

@@ -142,6 +142,9 @@ def test_the_quantized_kernels_run_every_repacked_tensor(files, monkeypatch):
         matrices = [n for n in ck.names() if n.endswith(".weight") and len(ck.info(n).shape) == 2]
         assert all(ck.is_quantized(n) for n in matrices)
         assert {ck.quant_params(n) for n in matrices} == {(4, 32), (8, 32), (8, 16)}
+        # which 8-bit codes the file holds in fewer bits: Q5_0 / Q5_1 / Q5_K 5, Q6_K 6, the rest none
+        assert {(ck.quant_params(n), ck.code_bits(n)) for n in matrices} == {
+            ((4, 32), None), ((8, 32), 5), ((8, 16), 6)}  # fmt: skip
 
     def linears(model):
         parts = [vars(p).values() for b in model.blocks for p in (b.attn, b.mlp)]
@@ -149,9 +152,9 @@ def test_the_quantized_kernels_run_every_repacked_tensor(files, monkeypatch):
 
     if tiles.applies("q4i", 512, 32):  # by default Q4_K's groups of 32 take int8 activations, as llama.cpp's do
         assert {x.kind for x in linears(load_model(gguf_file)) if x.w.bits == 4} == {"q4i"}
-    if tiles.applies("q6i", 512, 16):  # and Q6_K is kept in 6 bits, on the integer tiles too (cpu/six_bit.py)
+    if tiles.applies("q6i", 512, 16):  # and Q5_* / Q6_K keep their 5 / 6 bits, on integer tiles (packed_codes.py)
         kept = {(x.w.bits, x.w.group_size, x.kind) for x in linears(load_model(gguf_file))}
-        assert {(6, 16, "q6i")} <= kept and all(bits != 8 or g != 16 for bits, g, _ in kept)
+        assert kept == {(4, 32, "q4i"), (5, 32, "q5i"), (6, 16, "q6i")}
     monkeypatch.setattr(cpu.SWITCHES, "int8_activations", False)  # float activations: the repack alone is measured
     model = load_model(gguf_file)  # native: those codes on the quantized kernels
     assert {(x.w.bits, x.w.group_size) for x in linears(model)} == {(4, 32), (8, 32), (8, 16)}

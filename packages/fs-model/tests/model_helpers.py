@@ -57,9 +57,10 @@ def int8_activation_contract(w, x):
     n, G = w.shape[0], w.group_size
     xq, side = quantize_rows(x, G)
     sx, xs = scales_and_sums(side)
-    from fs_model.cpu import six_bit
+    from fs_model.cpu import packed_codes
 
-    codes = affine._unplanar(w.codes, G) if w.bits == 4 else six_bit.unpack(w.codes) if w.bits == 6 else w.codes
+    codes = affine._unplanar(w.codes, G) if w.bits == 4 else w.codes
+    codes = packed_codes.unpack(w.codes, w.bits) if w.bits in (5, 6) else codes
     codes = codes.astype(np.int64).reshape(n, -1, G)
     dots = np.einsum("ngj,mgj->mng", codes, xq.astype(np.int64).reshape(x.shape[0], -1, G))
     s, b = w.scales.astype(np.float64)[None], w.biases.astype(np.float64)[None]

@@ -103,14 +103,14 @@ def test_a_k_quant_layer_reads_records_and_fewer_bytes(tiled, monkeypatch):
 
 
 def test_the_kinds_without_a_record_reader_refuse_one():
-    from fs_model.cpu import float_tiles, integer_tiles, six_bit, vnni_superblock
+    from fs_model.cpu import float_tiles, integer_tiles, packed_codes, vnni_superblock
 
     with pytest.raises(ValueError, match="4-bit groups of 32 only"):
         integer_tiles.microkernel(1, 1, 4, True, 64, "k4")
     with pytest.raises(ValueError, match="k4 super-block records, not k6"):
         vnni_superblock.microkernel(1, 1, "k6")
-    with pytest.raises(ValueError, match="records are k6, not k4"):
-        six_bit.microkernel(1, 1, True, "k4")
+    with pytest.raises(ValueError, match="come with k6 super-block records, not k4"):
+        packed_codes.microkernel(1, 1, 6, True, "k4")
     with pytest.raises(ValueError, match="bf16 weights have no scales"):
         float_tiles.microkernel("bf16", 1, 1, 0, 8, "k4")
 

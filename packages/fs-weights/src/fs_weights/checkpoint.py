@@ -143,6 +143,15 @@ class Checkpoint:
         read = getattr(self._file(name), "superblocks", None)
         return read(self._stored.get(name, name)) if read is not None else None
 
+    def code_bits(self, name: str) -> int | None:
+        """The bits quantized ``name``'s codes hold in the file where fewer than ``quant_params`` says (GGUF's 5- and
+        6-bit types, repacked as 8-bit codes), so a loader may keep them in those bits; else None."""
+        if not self.is_quantized(name):
+            return None
+        stored = self._experts[name][1] if name in self._experts else self._stored.get(name, name)
+        read = getattr(self._file(name), "code_bits", None)
+        return read(stored) if read is not None else None
+
     def is_view(self, name: str, arr: np.ndarray) -> bool:
         """Whether ``arr`` (what a loader kept for ``name``) reads the mapped file itself: then its pages are the
         weights and must stay; a converted copy does not, and ``release`` can drop them. Costs no read or repack."""

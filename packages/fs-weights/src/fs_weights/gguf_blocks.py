@@ -49,6 +49,7 @@ FORMATS = {
     "Q5_K": (8, 32),
     "Q6_K": (8, 16),
 }
+CODE_BITS = {"Q5_0": 5, "Q5_1": 5, "Q5_K": 5, "Q6_K": 6}  # the types whose 8-bit codes above fit fewer bits
 BLOCK_BYTES = {"Q8_0": 34, "Q4_0": 18, "Q4_1": 20, "Q5_0": 22, "Q5_1": 24, "Q4_K": 144, "Q5_K": 176, "Q6_K": 210}
 ROWS = 4096  # rows converted at a time: a 151936-row embedding never has whole-matrix temporaries
 

@@ -21,7 +21,7 @@ import numpy as np
 
 from .checkpoint import Checkpoint
 from .errors import WeightsError
-from .gguf_blocks import FORMATS, SUPERBLOCKS, affine_part, quantization, superblock_records
+from .gguf_blocks import CODE_BITS, FORMATS, SUPERBLOCKS, affine_part, quantization, superblock_records
 from .gguf_header import GGUFFormatError, GGUFHeader, GGUFTensor, parse_header
 from .regular_file import open_regular
 from .safetensors import TensorInfo, drop_pages, slice_bytes
@@ -158,6 +158,12 @@ class GGUFFile:
             return None
         rows, cols = t.dims[1], t.dims[0]
         return SUPERBLOCKS[t.ggml_type], superblock_records(t.ggml_type, self._stored(t), (rows, cols))
+
+    def code_bits(self, name: str) -> int | None:
+        """How many bits the codes of quantized ``name`` hold in the file where fewer than they are repacked to (the
+        5- and 6-bit types, repacked as 8-bit codes: gguf_blocks.CODE_BITS), else None."""
+        t, part = self._parts[name]
+        return CODE_BITS.get(t.ggml_type) if part == "weight" else None
 
     def raw_expert(self, name: str, e: int) -> np.ndarray:
         """Expert ``e`` of a stacked [E, ...] tensor: only its own blocks repacked (Checkpoint reads experts so)."""

@@ -17,7 +17,7 @@ import numpy as np
 from fs_weights import bf16_to_f32, dequantize, quantize
 
 from ..numpy.linear import Linear
-from . import HAVE_NUMBA, SWITCHES, bf16_gemm, six_bit, tiles, vnni
+from . import HAVE_NUMBA, SWITCHES, bf16_gemm, packed_codes, tiles, vnni
 from .blas import SMALL, blocked_matmul, scratch
 from .threads import bucket, fan_out
 
@@ -52,7 +52,7 @@ def _unplanar(p: np.ndarray, G: int) -> np.ndarray:
 @dataclass(frozen=True)
 class AffineWeight:
     codes: np.ndarray  # uint8 [out, in] (8-bit), [out, in/2] (4-bit, planar nibbles: the module docstring) or
-    # [out, in·3/4] (6-bit: GGUF's Q6_K packed, six_bit.py; only where the tiles run it)
+    # [out, in·bits/8] (5-/6-bit: GGUF's Q5_*, Q6_K packed, packed_codes.py; only where the tiles run them)
     scales: np.ndarray  # float32 [out, in/G]
     biases: np.ndarray  # float32 [out, in/G]
     bits: int
@@ -74,17 +74,17 @@ class AffineWeight:
         )
 
     def packed(self) -> np.ndarray:
-        """The MLX uint32 packing (for fs_weights.dequantize; 6-bit codes as MLX's 8-bit ones)."""
+        """The MLX uint32 packing (for fs_weights.dequantize; 5-/6-bit codes as MLX's 8-bit ones)."""
         if self.bits == 8:
             return np.ascontiguousarray(self.codes).view(np.uint32)
-        if self.bits == 6:
-            return np.ascontiguousarray(six_bit.unpack(self.codes)).view(np.uint32)
+        if self.bits in (5, 6):
+            return np.ascontiguousarray(packed_codes.unpack(self.codes, self.bits)).view(np.uint32)
         e = _unplanar(self.codes, self.group_size)
         return np.ascontiguousarray(e[:, 0::2] | (e[:, 1::2] << 4)).view(np.uint32)
 
     def dequantize(self) -> np.ndarray:
         """float32 [out, in] through fs_weights' reference dequantizer (the oracle the kernels are tested on)."""
-        bits = 8 if self.bits == 6 else self.bits
+        bits = 8 if self.bits in (5, 6) else self.bits
         return dequantize(self.packed(), self.scales, self.biases, bits=bits, group_size=self.group_size)
 
     def rows(self, ids: np.ndarray) -> np.ndarray:
@@ -220,15 +220,15 @@ class AffineLinear(Linear):
 
     def __init__(self, w: AffineWeight):
         k = w.shape[1]
-        if w.bits == 6 and not tiles.applies("q6i", k, w.group_size):  # their tiles off: the 8-bit codes
-            w = replace(w, codes=six_bit.unpack(w.codes), bits=8)
+        if w.bits in (5, 6) and not tiles.applies(f"q{w.bits}i", k, w.group_size):  # their tiles off: 8-bit codes
+            w = replace(w, codes=packed_codes.unpack(w.codes, w.bits), bits=8)
         self.w = w
         self.shape = w.shape
         # decided once: the CPU, the switches and the shape do not change. Batch invariance (the default) runs one
         # kernel for every M (the tiles where they apply, else the row kernel), so a row's result never depends on
         # how many rows share the call
         self.invariant = SWITCHES.batch_invariant
-        self.kind = {8: "q8", 6: "q6i", 4: "q4"}[w.bits]
+        self.kind = {8: "q8", 6: "q6i", 5: "q5i", 4: "q4"}[w.bits]
         integer = "q4i" if w.bits == 4 else "q8i" if w.bits == 8 and SWITCHES.int8_activations_8bit else None
         if integer is not None and tiles.applies(integer, k, w.group_size):  # int8 activations: integer_tiles.py
             self.kind = integer

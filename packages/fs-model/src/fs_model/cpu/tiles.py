@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from . import HAVE_NUMBA, SWITCHES, float_tiles, integer_tiles, six_bit, vnni_superblock
+from . import HAVE_NUMBA, SWITCHES, float_tiles, integer_tiles, packed_codes, vnni_superblock
 from .integer_tiles import quantize_rows
 from .llvm_ir import ADDRESSES, compile_ir
 from .threads import bucket, fan_out
@@ -61,10 +61,13 @@ TILES = {
     "q8i": ((1, 4), (2, 2), (2, 1), (2, 1)),  # 8-bit codes with int8 activations (integer_tiles.py)
     "q4iw": ((3, 4), (4, 2), (8, 1), (1, 1)),  # q4i on AVX-512 VNNI (vpdpbusd, 16 lanes)
     "q4iw32": ((1, 4), (2, 2), (2, 1), (1, 1)),  # q4iw on groups of 32: its own kernel (vnni_superblock.py)
-    "q6i": ((1, 4), (1, 2), (2, 1), (1, 1)),  # GGUF's Q6_K packed in 6 bits, int8 activations (six_bit.py)
-    "q6iw": ((2, 4), (1, 2), (2, 1), (1, 1)),  # q6i on AVX-512 VNNI
+    # GGUF's 5- and 6-bit codes packed, int8 activations (packed_codes.py); a trailing w: AVX-512 VNNI
+    "q5i": ((1, 4), (1, 2), (2, 1), (1, 1)),
+    "q5iw": ((2, 4), (1, 2), (2, 1), (1, 1)),
+    "q6i": ((1, 4), (1, 2), (2, 1), (1, 1)),
+    "q6iw": ((2, 4), (1, 2), (2, 1), (1, 1)),
 }
-INTEGER = ("q4i", "q8i", "q4iw", "q6i", "q6iw")  # the kinds with int8 activations (integer_tiles.py)
+INTEGER = ("q4i", "q8i", "q4iw", *packed_codes.KINDS)  # the kinds with int8 activations (integer_tiles.py)
 BLOCK = 16  # weight rows per parallel work item (a thread's share is whole blocks)
 if any(tuple(MR for _, MR in panels) != (4, 2, 1, 1) for panels in TILES.values()):  # ``panels`` assumes it
     raise AssertionError("every TILES entry lists its panels for 4, 2 and 1 input rows and a one-row call's, in order")
@@ -84,7 +87,7 @@ _compiled: dict[tuple[str, int, str | None], tuple[int, ...] | None] = {}
 # and the calls that do: one row. Computing each scale costs arithmetic that only pays where the step is bound by
 # memory (a 38k x 1024 Q6_K matrix from memory: 1 row 1.41x faster, 2 rows even, 4+ 0.91-0.94x; in cache 0.65-0.90x;
 # docs/performance.md)
-RECORD_KINDS = ("q4i", "q8", "q4", "q8w", "q4w", "q4iw", "q6i", "q6iw")
+RECORD_KINDS = ("q4i", "q8", "q4", "q8w", "q4w", "q4iw", *packed_codes.KINDS)
 RECORD_ROWS = 1
 
 
@@ -105,11 +108,12 @@ def kernels(kind: str, G: int = 0, layout: str | None = None) -> tuple[int, ...]
         names = [f"{prefix}{'_' + layout if layout else ''}_{a}x{b}" for a, b in shapes]
         unique = dict(zip(names, shapes, strict=True))  # an NR of 1 makes a tile its own edge
         features: tuple[str, ...] = ("avx2", "fma")
-        if kind in ("q6i", "q6iw"):
+        if kind in packed_codes.KINDS:
+            vnni = kind.endswith("w")
             ir = integer_tiles.DECLARATIONS + "".join(
-                six_bit.microkernel(a, b, kind == "q6iw", layout) for a, b in unique.values()
+                packed_codes.microkernel(a, b, int(kind[1]), vnni, layout) for a, b in unique.values()
             )
-            features = VNNI_FEATURES if kind == "q6iw" else features
+            features = VNNI_FEATURES if vnni else features
         elif superblock:
             body = (vnni_superblock.microkernel(a, b, layout) for a, b in unique.values())
             ir = integer_tiles.DECLARATIONS + "".join(body)
@@ -225,7 +229,7 @@ def widest(kind: str, k: int, G: int = 0) -> str:
     it, the switch allows it (``FS_WIDE_TILES=0`` keeps AVX2's) and k (and the group) split into 16-float chunks,
     else the 8-wide one. Decided once per matrix: its width is part of every element's chain."""
     wide = kind + "w"
-    if kind not in ("bf16", "q8", "q4", "q4i", "q6i") or not SWITCHES.wide_tiles or k % 16 or (G and G % 16):
+    if kind not in ("bf16", "q8", "q4", "q4i", "q5i", "q6i") or not SWITCHES.wide_tiles or k % 16 or (G and G % 16):
         return kind
     if kind == "q4i" and G != integer_tiles.GROUP and (G != vnni_superblock.G or k % vnni_superblock.STEP):
         return kind  # groups of 32 take VNNI a super-block (256 weights) per step: vnni_superblock.py
@@ -235,7 +239,7 @@ def widest(kind: str, k: int, G: int = 0) -> str:
 def applies(kind: str, k: int, G: int = 0) -> bool:
     """This CPU runs the tiles (AVX2 + FMA; ``FS_TILES=0`` turns them off) and the shape tiles: k a multiple of 8
     (bf16, 8-bit), an even number of groups of a multiple of 16 (planar 4-bit), groups of 64 (int8 activations;
-    4-bit codes: 32 too), groups of 16 in blocks of 64 (packed 6-bit: six_bit.py)."""
+    4-bit codes: 32 too), packed 5-/6-bit codes: their type's group, k a multiple of 64 (packed_codes.py)."""
     if not (HAVE_NUMBA and SWITCHES.tiles):
         return False
     if kind == "q4" and (k % (2 * G) or G % 16):
@@ -244,7 +248,8 @@ def applies(kind: str, k: int, G: int = 0) -> bool:
         return False
     if kind == "q8i" and (G != integer_tiles.GROUP or k % G or not SWITCHES.int8_activations):
         return False
-    if kind == "q6i" and (G != six_bit.G or k % six_bit.BLOCK or not SWITCHES.int8_activations):
+    packed = kind in ("q5i", "q6i")
+    if packed and (packed_codes.GROUP[int(kind[1])] != G or k % packed_codes.BLOCK or not SWITCHES.int8_activations):
         return False
     if k % 8 or (G and G % 8):
         return False
@@ -276,8 +281,8 @@ class Tiled:
             outer, inner = (k // (2 * G), G // W) if kind in ("q4", "q4w", "q4i", "q4iw") else (k // G, G // W)
             if kind == "q4iw" and G == vnni_superblock.G:
                 outer = k // vnni_superblock.STEP
-            if kind in ("q6i", "q6iw"):  # packed blocks of 64 weights
-                outer = k // six_bit.BLOCK
+            if kind in packed_codes.KINDS:  # packed blocks of 64 weights
+                outer = k // packed_codes.BLOCK
             if w.records is not None and kind in RECORD_KINDS and SWITCHES.superblock_scales:
                 self.layout, records = w.records
                 fns = kernels(kind, G, self.layout)

@@ -19,7 +19,7 @@ import numpy as np
 
 from fs_weights import Checkpoint, Qwen3Config, f32_to_bf16
 
-from ..cpu import HAVE_NUMBA, compile_notice, six_bit
+from ..cpu import HAVE_NUMBA, compile_notice, packed_codes
 from ..cpu.affine import AffineLinear, AffineWeight, from_mlx, quantize_affine
 from ..cpu.bf16 import Bf16Linear
 from ..cpu.blas import SMALL, one_blas_thread
@@ -120,7 +120,8 @@ def _kept(ckpt: Checkpoint, name: str, dtype: str | None, quantize: str | None) 
         if bits in (4, 8):
             codes = from_mlx(ckpt.raw(name), ckpt.get(base + ".scales"), ckpt.get(base + ".biases"), bits, group)
             records = ckpt.superblocks(name)  # a GGUF K-quant: the tiles read these in place of scales / biases
-            return codes if records is None else six_bit.keep_packed(replace(codes, records=records))
+            codes = codes if records is None else replace(codes, records=records)
+            return packed_codes.keep_packed(codes, ckpt.code_bits(name))  # GGUF's 5- and 6-bit codes
     if quantize is not None:
         stored = ckpt.raw(name) if ckpt.info(name).dtype in ("BF16", "F32") and not ckpt.is_quantized(name) else None
         w = stored if stored is not None else ckpt.get(name, np.float32, dequantize=True)
