@@ -300,7 +300,10 @@ class Tiled:
     def prepare(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(the rows as the tiles read them, their side data): each row's own, whatever else is in X."""
         if self.kind in INTEGER:  # int8 activations per group, [scales | sums] per row (integer_tiles.py)
-            return quantize_rows(X, self.G)
+            xq, side = quantize_rows(X, self.G)
+            if self.kind == "q4iw" and self.G == vnni_superblock.G:  # in its planes' order
+                xq = vnni_superblock.arrange(xq)
+            return xq, side
         if self.kind in ("q8", "q4", "q8w", "q4w"):  # each row's group sums, for the bias term (float_tiles.py)
             side = np.empty((X.shape[0], self.k // self.G), np.float32)
             _group_sums(X, self.G, side)

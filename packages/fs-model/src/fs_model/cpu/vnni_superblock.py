@@ -13,7 +13,8 @@ weight row and step c: register A = code bytes [128c, 128c+64) = pairs 4c, 4c+1;
     A.lo lanes 0-7: group 8c+0, lanes 8-15: 8c+2      A.hi: 8c+1 | 8c+3
     B.lo:           group 8c+4,             8c+6      B.hi: 8c+5 | 8c+7
 
-and each input row's activations are gathered to match (two 32-byte halves per register).
+and each input row's int8 activations are arranged to match once per call (``arrange``: per block of 256, the groups
+in the order 0 2 1 3 4 6 5 7), so a plane's 64 activations are one load.
 
 Contract (integer_tiles.py's quantities: activations quantized per group of 32, ``sx_g``, ``x̂s_g``, weights
 ``w = s·q + b``), for weight row i and input row r:
@@ -29,14 +30,24 @@ scales give the same products, so the records path has the same bits. Other bits
 order), which is why ``tiles.widest`` decides per matrix, once, which of the two a host runs.
 """
 
+import numpy as np
+
 from .float_tiles import hsum, prefetch, store
 from .integer_tiles import _entry, _load
 from .superblock_scales import RECORDS
 
 STEP = 256  # weights per loop step: one K-quant super-block, eight groups of 32
+ORDER = [0, 2, 1, 3, 4, 6, 5, 7]  # the groups of a step in the order of the planes' lanes (PLANES)
 G = 32
 # the four 64-byte planes of a step: (code register, nibble), and the two groups (of the step's eight) each holds
 PLANES = (("A", "lo", 0, 2), ("A", "hi", 1, 3), ("B", "lo", 4, 6), ("B", "hi", 5, 7))
+
+
+def arrange(xq: np.ndarray) -> np.ndarray:
+    """int8 activations [m, k] (k a multiple of 256) with each block's eight groups of 32 in ``ORDER``: the
+    activations of A.lo, A.hi, B.lo, B.hi one after another (the same values: no result moves)."""
+    m, k = xq.shape
+    return np.ascontiguousarray(xq.reshape(m, k // STEP, 8, G)[:, :, ORDER, :]).reshape(m, k)
 
 
 def _splat8(name: str, scalar: str) -> list[str]:
@@ -92,17 +103,10 @@ def _body(NR: int, MR: int, layout: str | None) -> list[str]:
                 f"  %{reg}hi{n} = bitcast <64 x i8> %{reg}hi{n}.b to <16 x i32>",
             ]
         L += _row_scalars(n, layout)
-    both = ", ".join(f"i32 {i}" for i in range(64))
     for r in range(MR):
         L += [f"  %xb{r} = add i64 %xr{r}, %xo", f"  %as{r} = add i64 %ar{r}, %ng4"]
-        for j in range(8):
-            L += _load(f"%xh{r}_{j}", f"%xb{r}", 32 * j, "<32 x i8>")
-        for reg, nib, g0, g1 in PLANES:
-            halves = f"<32 x i8> %xh{r}_{g0}, <32 x i8> %xh{r}_{g1}"
-            L += [
-                f"  %x{reg}{nib}{r}.b = shufflevector {halves}, <64 x i32> <{both}>",
-                f"  %x{reg}{nib}{r} = bitcast <64 x i8> %x{reg}{nib}{r}.b to <16 x i32>",
-            ]
+        for h, (reg, nib, _, _) in enumerate(PLANES):  # arranged: the planes' activations one after another
+            L += _load(f"%x{reg}{nib}{r}", f"%xb{r}", 64 * h, "<16 x i32>")
         L += _load(f"%sx8_{r}", f"%ar{r}", "%gb", "<8 x float>") + _load(f"%xs8_{r}", f"%as{r}", "%gb", "<8 x float>")
     for n in range(NR):
         for r in range(MR):
