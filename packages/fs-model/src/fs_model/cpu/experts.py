@@ -31,17 +31,18 @@ from ..numpy.mlp import MLP, silu
 from ..numpy.moe import SparseMoE, route
 from . import HAVE_NUMBA
 from .threads import bucket, fan_out
-from .tiles import BLOCK, NO_SIDE, Tiled, panel_set
+from .tile_loops import BLOCK, panel_set
+from .tiles import NO_SIDE, Tiled
 
 if HAVE_NUMBA:
     from numba import njit, prange
 
-    from .tiles import panels
+    from .tile_loops import panels
 
     @njit(parallel=True, cache=True)
     def _drive_groups(fns, NRs, PW, sw, PS, PB, sg, groups, X, A, out, n, G, P):  # pragma: no cover - compiled
         """Work items are (group, BLOCK weight rows): a group's input rows against its expert's rows lo..hi,
-        written at its output rows (``panels``, as ``tiles._drive`` runs one matrix)."""
+        written at its output rows (``panels``, as ``tile_loops._drive`` runs one matrix)."""
         px, sx, pa, sa = X.ctypes.data, X.strides[0], A.ctypes.data, A.strides[0]
         po, so = out.ctypes.data, out.strides[0]
         blocks = (n + BLOCK - 1) // BLOCK

@@ -37,7 +37,7 @@ import numpy as np
 
 from .float_tiles import hsum, prefetch, store
 from .integer_tiles import _entry, _load
-from .superblock_scales import MINUS_32, RECORDS
+from .superblock_scales import RECORDS, scales_and_biases
 
 BLOCK = 64  # weights per packed block
 GROUP = {5: 32, 6: 16}  # the weight group of each packed width (GGUF's Q5_* and Q6_K)
@@ -136,29 +136,7 @@ def _scales(n: int, GB: int, layout: str | None) -> list[str]:
     v = f"<{GB} x float>"
     if layout is None:
         return _load(f"%sv{n}", f"%sr{n}", "%gb", v) + _load(f"%bv{n}", f"%br{n}", "%gb", v)
-    at = 8 if layout == "k4" else 4  # where a record's int8 scales start (k4: d, m; k6: d)
-    L = [
-        f"  %rec{n} = add i64 %sr{n}, %ro",
-        f"  %rs{n} = add i64 %rec{n}, %rj",
-        *_load(f"%d{n}", f"%rec{n}", 0, "float"),
-        f"  %d{n}.0 = insertelement {v} poison, float %d{n}, i32 0",
-        f"  %dv{n} = shufflevector {v} %d{n}.0, {v} poison, <{GB} x i32> zeroinitializer",
-        *_load(f"%sc{n}.i", f"%rs{n}", at, f"<{GB} x i8>"),
-        f"  %sc{n} = sitofp <{GB} x i8> %sc{n}.i to {v}",
-        f"  %sv{n} = fmul {v} %dv{n}, %sc{n}",
-    ]
-    if layout == "k6":
-        return [*L, f"  %bv{n} = fmul {v} %sv{n}, splat (float {MINUS_32})"]
-    return [
-        *L,
-        *_load(f"%m{n}", f"%rec{n}", 4, "float"),
-        f"  %m{n}.0 = insertelement {v} poison, float %m{n}, i32 0",
-        f"  %mv{n} = shufflevector {v} %m{n}.0, {v} poison, <{GB} x i32> zeroinitializer",
-        *_load(f"%mn{n}.i", f"%rs{n}", at + 8, f"<{GB} x i8>"),
-        f"  %mn{n} = sitofp <{GB} x i8> %mn{n}.i to {v}",
-        f"  %bp{n} = fmul {v} %mv{n}, %mn{n}",
-        f"  %bv{n} = fneg {v} %bp{n}",
-    ]
+    return [f"  %rec{n} = add i64 %sr{n}, %ro", *scales_and_biases(f"%sv{n}", f"%bv{n}", f"%rec{n}", "%rj", layout, GB)]
 
 
 def _products(n: int, r: int, G: int, W: int) -> list[str]:

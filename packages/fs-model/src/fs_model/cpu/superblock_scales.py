@@ -62,3 +62,34 @@ def scale_and_bias(s: str, b: str, row: str, group: str, layout: str) -> list[st
         f"  {b}.p = fmul float {b}.m, {b}.n",
         f"  {b} = fneg float {b}.p",
     ]
+
+
+def scales_and_biases(s: str, b: str, record: str, slot: str, layout: str, lanes: int) -> list[str]:
+    """IR defining ``s`` and ``b`` as <lanes x float>: the scales and biases of ``lanes`` consecutive groups of one
+    super-block, whose record starts at address ``record`` and whose first group is slot ``slot`` (i64 values) - the
+    contract above, lane by lane (the same products as ``scale_and_bias``'s, so the same bits)."""
+    v = f"<{lanes} x float>"
+    at = 8 if layout == "k4" else 4  # where the scales start in a record
+
+    def splat(name: str, offset: int) -> list[str]:  # the record's float at ``offset``, in every lane
+        return [
+            f"  {name}.a = add i64 {record}, {offset}",
+            *_float(f"{name}.f", f"{name}.a"),
+            f"  {name}.0 = insertelement {v} poison, float {name}.f, i32 0",
+            f"  {name} = shufflevector {v} {name}.0, {v} poison, <{lanes} x i32> zeroinitializer",
+        ]
+
+    def ints(name: str, offset: int) -> list[str]:  # ``lanes`` int8 from the slot on, ``offset`` into the record
+        return [
+            f"  {name}.a = add i64 {s}.slots, {offset}",
+            f"  {name}.p = inttoptr i64 {name}.a to ptr",
+            f"  {name}.i = load <{lanes} x i8>, ptr {name}.p, align 1",
+            f"  {name} = sitofp <{lanes} x i8> {name}.i to {v}",
+        ]
+
+    L = [f"  {s}.slots = add i64 {record}, {slot}", *splat(f"{s}.d", 0), *ints(f"{s}.c", at)]
+    L.append(f"  {s} = fmul {v} {s}.d, {s}.c")
+    if layout == "k6":
+        return [*L, f"  {b} = fmul {v} {s}, splat (float {MINUS_32})"]
+    L += [*splat(f"{b}.m", 4), *ints(f"{b}.n", at + 8)]
+    return [*L, f"  {b}.p = fmul {v} {b}.m, {b}.n", f"  {b} = fneg {v} {b}.p"]

@@ -20,16 +20,17 @@ import numpy as np
 
 from . import HAVE_NUMBA, tiles
 from .threads import bucket, fan_out
-from .tiles import BLOCK, INTEGER, Tiled
+from .tile_loops import BLOCK, panel_set
+from .tiles import INTEGER, Tiled
 
 if HAVE_NUMBA:
     from numba import njit, prange
 
-    from .tiles import panels
+    from .tile_loops import panels
 
     @njit(parallel=True, cache=True)
     def _drive_group(fns, NRs, params, ns, offsets, blocks, X, A, out, G, P):  # pragma: no cover - compiled
-        """tiles._drive over several matrices: work item b is row block blocks[b] = (matrix, first row) of
+        """tile_loops._drive over several matrices: work item b is row block blocks[b] = (matrix, first row) of
         matrix params[i] = (codes, row stride, scales, biases, their row stride), written to out's columns
         offsets[i] .. offsets[i] + ns[i]."""
         m, px, sx = X.shape[0], X.ctypes.data, X.strides[0]
@@ -87,7 +88,7 @@ class TileGroup:
         Xp, side = self.parts[0].prepare(X)  # the same preparation every part would make of X
         out = np.empty((m, self.N), np.float32)
         fns, params = self.single if self.single is not None and m <= tiles.RECORD_ROWS else (self.fns, self.params)
-        fan_out((self.key, bucket(m)), _drive_group, *tiles.panel_set(fns, self.NRs, m), params, self.ns, self.offsets,
+        fan_out((self.key, bucket(m)), _drive_group, *panel_set(fns, self.NRs, m), params, self.ns, self.offsets,
                 self.blocks, Xp, side, out, *self.counts)  # fmt: skip
         cols = [out[:, a : a + n] for a, n in zip(self.offsets, self.ns, strict=True)]
         return cols if m == 1 else [np.ascontiguousarray(c) for c in cols]

@@ -34,7 +34,7 @@ import numpy as np
 
 from .float_tiles import hsum, prefetch, store
 from .integer_tiles import _entry, _load
-from .superblock_scales import RECORDS
+from .superblock_scales import RECORDS, scales_and_biases
 
 STEP = 256  # weights per loop step: one K-quant super-block, eight groups of 32
 ORDER = [0, 2, 1, 3, 4, 6, 5, 7]  # the groups of a step in the order of the planes' lanes (PLANES)
@@ -50,18 +50,6 @@ def arrange(xq: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(xq.reshape(m, k // STEP, 2, 2, 2, G).transpose(0, 1, 2, 4, 3, 5)).reshape(m, k)
 
 
-def _splat8(name: str, scalar: str) -> list[str]:
-    return [
-        f"  {name}.0 = insertelement <8 x float> poison, float {scalar}, i32 0",
-        f"  {name} = shufflevector <8 x float> {name}.0, <8 x float> poison, <8 x i32> zeroinitializer",
-    ]
-
-
-def _bytes8(name: str, address: str) -> list[str]:
-    """%name = 8 int8 at ``address`` as 8 floats."""
-    return [*_load(f"{name}.i", address, 0, "<8 x i8>"), f"  {name} = sitofp <8 x i8> {name}.i to <8 x float>"]
-
-
 def _row_scalars(n: int, layout: str | None) -> list[str]:
     """Weight row n's eight scales %s8_{n} and biases %b8_{n} of step %c: read as float32, or made from its k4
     super-block record (superblock_scales.py: d f32 | m f32 | 8 × int8 sc | 8 × int8 mn; scale d·sc, bias -(m·mn))."""
@@ -69,21 +57,8 @@ def _row_scalars(n: int, layout: str | None) -> list[str]:
         return _load(f"%s8_{n}", f"%sr{n}", "%gb", "<8 x float>") + _load(f"%b8_{n}", f"%br{n}", "%gb", "<8 x float>")
     if layout != "k4":
         raise ValueError(f"the VNNI tile for groups of 32 reads k4 super-block records, not {layout}")
-    r = f"%rec{n}"
-    return [
-        f"  {r} = add i64 %sr{n}, %rb",
-        *_load(f"%d{n}", r, 0, "float"),
-        *_load(f"%m{n}", r, 4, "float"),
-        *_splat8(f"%dv{n}", f"%d{n}"),
-        *_splat8(f"%mv{n}", f"%m{n}"),
-        f"  {r}.sc = add i64 {r}, 8",
-        f"  {r}.mn = add i64 {r}, 16",
-        *_bytes8(f"%sc{n}", f"{r}.sc"),
-        *_bytes8(f"%mn{n}", f"{r}.mn"),
-        f"  %s8_{n} = fmul <8 x float> %dv{n}, %sc{n}",
-        f"  %b8_{n}.p = fmul <8 x float> %mv{n}, %mn{n}",
-        f"  %b8_{n} = fneg <8 x float> %b8_{n}.p",
-    ]
+    record = [f"  %rec{n} = add i64 %sr{n}, %rb"]
+    return record + scales_and_biases(f"%s8_{n}", f"%b8_{n}", f"%rec{n}", "0", layout, 8)
 
 
 def _body(NR: int, MR: int, layout: str | None) -> list[str]:

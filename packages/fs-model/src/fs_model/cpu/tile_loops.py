@@ -1,0 +1,92 @@
+"""The compiled loops that walk a call's rows over the register tiles (tiles.py): which tile covers which block of
+weight rows and which panel of input rows, every tile called through its raw address.
+
+Why their own module: they are the same for every tile kind and every caller (one matrix, ``Tiled``; several,
+tile_groups.py; grouped experts, experts.py), and only the tile functions they are handed differ.
+
+    _drive(fns, NRs, pw, sw, ps, pb, sg, X, A, out, n, G, P)    # out[m, n] = the tiles over X [m, k], in parallel
+    panel_set(fns, NRs, m) -> (fns, NRs)                       # the tiles a call of m rows walks
+"""
+
+import numpy as np
+
+from . import HAVE_NUMBA
+
+BLOCK = 16  # weight rows per parallel work item (a thread's share is whole blocks)
+
+
+if HAVE_NUMBA:
+    from llvmlite import ir as llvm_ir
+    from numba import njit, prange, types
+    from numba.extending import intrinsic
+
+    @intrinsic
+    def _call(typingctx, address, args):  # pragma: no cover - compiled
+        """Call the tile function at ``address`` with the 13 int64 ``args`` of the ABI."""
+        i64 = llvm_ir.IntType(64)
+
+        def codegen(context, builder, signature, values):
+            fn = builder.inttoptr(values[0], llvm_ir.FunctionType(llvm_ir.VoidType(), [i64] * 13).as_pointer())
+            builder.call(fn, [builder.extract_value(values[1], j) for j in range(13)])
+            return context.get_dummy_value()
+
+        return types.void(address, args), codegen
+
+    @njit(cache=True)
+    def _group_sums(X, G, out):  # pragma: no cover - compiled
+        """out[r, g] = Σ X[r, gG : (g+1)G], left to right (no fastmath: the same bits for a row in any call)."""
+        for r in range(X.shape[0]):
+            for g in range(out.shape[1]):
+                s = np.float32(0.0)
+                for j in range(g * G, (g + 1) * G):
+                    s += X[r, j]
+                out[r, g] = s
+
+    @njit(cache=True)
+    def _panel(tile, edge, NR, lo, hi, pw, sw, ps, pb, sg, px, sx, pa, sa, po, so, G, P):  # pragma: no cover
+        """One panel of input rows against weight rows lo..hi: NR-row tiles, then one-row edges."""
+        i = lo
+        while i + NR <= hi:
+            _call(tile, (pw + i * sw, sw, ps + i * sg, pb + i * sg, sg, px, sx, pa, sa, po + i * 4, so, G, P))  # type: ignore[call-arg]
+            i += NR
+        while i < hi:
+            _call(edge, (pw + i * sw, sw, ps + i * sg, pb + i * sg, sg, px, sx, pa, sa, po + i * 4, so, G, P))  # type: ignore[call-arg]
+            i += 1
+
+    @njit(cache=True)
+    def panels(fns, NRs, lo, hi, m, pw, sw, ps, pb, sg, px, sx, pa, sa, po, so, G, P):  # pragma: no cover
+        """Input rows 0..m-1 (at px, their side data at pa, their outputs at po) against weight rows lo..hi: panels
+        of 4 rows, then 2, then 1 (every tile computes each element by the same chain). ``fns``/``NRs``: what
+        ``panel_set`` gives for m rows."""
+        t4, e4, t2, e2, t1, e1 = fns
+        N4, N2, N1 = NRs
+        r = 0
+        while r + 4 <= m:
+            _panel(t4, e4, N4, lo, hi, pw, sw, ps, pb, sg, px + r * sx, sx, pa + r * sa, sa, po + r * so, so, G, P)
+            r += 4
+        if r + 2 <= m:
+            _panel(t2, e2, N2, lo, hi, pw, sw, ps, pb, sg, px + r * sx, sx, pa + r * sa, sa, po + r * so, so, G, P)
+            r += 2
+        if r < m:
+            _panel(t1, e1, N1, lo, hi, pw, sw, ps, pb, sg, px + r * sx, sx, pa + r * sa, sa, po + r * so, so, G, P)
+
+    @njit(parallel=True, cache=True)
+    def _drive(fns, NRs, pw, sw, ps, pb, sg, X, A, out, n, G, P):  # pragma: no cover
+        """Every BLOCK weight rows are one work item, all of X's rows against them (``panels``). X: the input rows
+        (float32, or int8 for the integer kinds); A: per-row side data (``Tiled`` says which), else a placeholder."""
+        m, px, sx = X.shape[0], X.ctypes.data, X.strides[0]
+        pa, sa = A.ctypes.data, A.strides[0]
+        po, so = out.ctypes.data, out.strides[0]
+        for blk in prange((n + BLOCK - 1) // BLOCK):
+            lo, hi = blk * BLOCK, min(n, blk * BLOCK + BLOCK)
+            panels(fns, NRs, lo, hi, m, pw, sw, ps, pb, sg, px, sx, pa, sa, po, so, G, P)
+
+
+def panel_set(fns: tuple[int, ...], NRs: tuple[int, ...], m: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(tiles, NRs) that ``panels`` walks for a call of ``m`` rows, from ``kernels``' eight addresses and TILES' four
+    NRs: the 4-, 2- and 1-row panels, where a call of one row takes its own tile as its 1-row panel (TILES says
+    why). Chosen here, per call, so the compiled ``panels`` loop is the one every call ran before. Either tile gives
+    each element the same bits."""
+    if m == 1:
+        return fns[:4] + fns[6:], NRs[:2] + NRs[3:]
+    return fns[:6], NRs[:3]
