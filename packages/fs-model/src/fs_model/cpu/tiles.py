@@ -204,7 +204,7 @@ class Tiled:
             codes, G, k = w.codes, w.group_size, w.shape[1]
             ps, pb, sg = w.scales.ctypes.data, w.biases.ctypes.data, w.scales.strides[0]
             outer, inner = (k // (2 * G), G // W) if kind in ("q4", "q4w", "q4i", "q4iw") else (k // G, G // W)
-            if kind == "q4iw" and G == vnni_superblock.G:
+            if tile_key(kind, G) == "q4iw32":  # a super-block of 256 weights per step
                 outer = k // vnni_superblock.STEP
             if kind in packed_codes.KINDS:  # packed blocks of 64 weights
                 outer = k // packed_codes.BLOCK
@@ -216,8 +216,8 @@ class Tiled:
                 self.single = fns, (codes.ctypes.data, codes.strides[0], at, at, records.strides[0])
         fns = kernels(kind, G)
         assert fns is not None
-        self.n, self.k, self.G = codes.shape[0], k, G
-        self.fns, self.NRs = fns, tuple(NR for NR, _ in TILES[tile_key(kind, G)])
+        self.n, self.k, self.G, self.family = codes.shape[0], k, G, tile_key(kind, G)
+        self.fns, self.NRs = fns, tuple(NR for NR, _ in TILES[self.family])
         self.weights = (codes.ctypes.data, codes.strides[0], ps, pb, sg)
         self.counts = (outer, inner)
         self.keys = {m: ("tiles", kind, codes.shape, bucket(m)) for m in range(1, 9)}
@@ -226,7 +226,7 @@ class Tiled:
         """(the rows as the tiles read them, their side data): each row's own, whatever else is in X."""
         if self.kind in INTEGER:  # int8 activations per group, [scales | sums] per row (integer_tiles.py)
             xq, side = quantize_rows(X, self.G)
-            if self.kind == "q4iw" and self.G == vnni_superblock.G:  # in its planes' order
+            if self.family == "q4iw32":  # in its planes' order
                 xq = vnni_superblock.arrange(xq)
             return xq, side
         if self.kind in ("q8", "q4", "q8w", "q4w"):  # each row's group sums, for the bias term (float_tiles.py)
