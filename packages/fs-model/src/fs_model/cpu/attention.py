@@ -23,11 +23,14 @@ import numpy as np
 
 from ..errors import ModelError
 from . import HAVE_NUMBA
+from .attention_calls import PAD, QUERIES, TILE, kernels
 from .threads import bucket, fan_out
 
 if HAVE_NUMBA:
     from numba import njit, prange, types
     from numba.extending import overload
+
+    from .attention_calls import _bf16, _scores_tile, _weighted_tile, _weights
 
     @njit(fastmath=True, cache=True)
     def _dequantize(codes, scales, biases, r, g, at, n, dst, t):  # pragma: no cover - compiled
@@ -88,6 +91,16 @@ if HAVE_NUMBA:
             return widened
         return lambda K, r, g, at, n, buf: K[r, g, at : at + n]
 
+    def _rows(K, r, g, at, n):  # pragma: no cover - replaced by the overload below
+        return K
+
+    @overload(_rows)
+    def _rows_overload(K, r, g, at, n):  # pragma: no cover - compiled
+        """Positions at .. at+n-1 of head g of K[r] as stored (a quantized triple: its codes, never read so)."""
+        if isinstance(K, types.BaseTuple):
+            return lambda K, r, g, at, n: K[0][r, g, at : at + n]
+        return lambda K, r, g, at, n: K[r, g, at : at + n]
+
     def _heads(K):  # pragma: no cover - replaced by the overload below
         return K.shape[1]
 
@@ -97,130 +110,88 @@ if HAVE_NUMBA:
             return lambda K: K[0].shape[1]
         return lambda K: K.shape[1]
 
-    def _gather(K, r, g, trow, bs, T, out):  # pragma: no cover - replaced by the overload below
-        return out
+    @njit(fastmath=True, cache=True)
+    def _one_head(q, K, V, r, g, G, trow, bs, T, S, first, pad, raw, fns, scale, sbits, out):  # pragma: no cover
+        """``_attend_impl``'s work for one sequence and KV head g: groups of up to QUERIES queries, each group's
+        scores tile by tile, its weights, its weighted sums tile by tile, its outputs (scratch arrays per call)."""
+        D = q.shape[2]
+        nq = min(S, QUERIES)
+        s = np.empty((nq * G, T + PAD), np.float32)
+        p = np.empty((nq * G, T + PAD), np.float32)
+        o = np.empty((nq * G, D), np.float32)
+        buf = np.empty((TILE, D), np.float32)
+        mb = np.empty(2, np.float32)
+        for q0 in range(0, S, QUERIES):  # a group of queries walks the keys together
+            q1 = min(S, q0 + QUERIES)
+            Tq = T - S + q1  # the group's last query sees keys 0 .. Tq-1
+            start = 0 if pad >= T - S + q0 + 1 else pad  # the first visible key of any of them
+            t0 = start
+            while t0 < Tq:  # tiles end at block ends: a tile is contiguous
+                t1 = min(Tq, t0 + TILE, (t0 // bs + 1) * bs)
+                at = trow[t0 // bs] * bs + t0 % bs
+                if raw:  # the IR widens bf16 bits as it reads them
+                    kt = _rows(K, r, g, at, t1 - t0)
+                    _scores_tile(fns, q, first, g, G, kt, t0, t1, q0, q1, S, T, pad, s, scale, sbits)
+                else:
+                    kt = _tile(K, r, g, at, t1 - t0, buf)
+                    _scores_tile(fns, q, first, g, G, kt, t0, t1, q0, q1, S, T, pad, s, scale, sbits)
+                t0 = t1
+            for qi in range(q0, q1):
+                Ti = T - S + qi + 1  # causal: this query sees keys 0 .. T-S+qi
+                blind = pad >= Ti  # every key masked: equal scores, so a uniform average
+                lo = 0 if blind else pad
+                for j in range((qi - q0) * G, (qi - q0 + 1) * G):
+                    if blind:
+                        s[j, lo:Ti] = 0.0
+                    mb[0] = np.max(s[j, lo:Ti])
+                    _weights(fns, s, p, j, lo, Ti - lo, mb[0], np.int64(mb.view(np.int32)[0]))
+            o[:] = 0.0
+            t0 = start
+            while t0 < Tq:
+                t1 = min(Tq, t0 + TILE, (t0 // bs + 1) * bs)
+                at = trow[t0 // bs] * bs + t0 % bs
+                if raw:
+                    _weighted_tile(fns, _rows(V, r, g, at, t1 - t0), G, t0, t1, q0, q1, S, T, pad, p, o)
+                else:
+                    _weighted_tile(fns, _tile(V, r, g, at, t1 - t0, buf), G, t0, t1, q0, q1, S, T, pad, p, o)
+                t0 = t1
+            for qi in range(q0, q1):
+                Ti = T - S + qi + 1
+                lo = 0 if pad >= Ti else pad
+                for j in range(G):
+                    row = (qi - q0) * G + j
+                    tot = np.float32(0.0)
+                    for t in range(lo, Ti):
+                        tot += p[row, t]
+                    for d in range(D):
+                        out[first + qi, g * G + j, d] = o[row, d] / tot
 
-    @overload(_gather)
-    def _gather_overload(K, r, g, trow, bs, T, out):  # pragma: no cover - compiled
-        """Positions 0 .. T-1 of head g of K[r] (through the block row ``trow``) into ``out`` [T, D] as float32, a
-        block run at a time: a prefill's queries then read each key once widened, not once per query."""
-        if isinstance(K, types.BaseTuple):
-
-            def dequantized(K, r, g, trow, bs, T, out):
-                t = 0
-                while t < T:
-                    n = min(T - t, bs - t % bs)
-                    _dequantize(K[0], K[1], K[2], r, g, trow[t // bs] * bs + t % bs, n, out, t)
-                    t += n
-                return out
-
-            return dequantized
-        if K.dtype == types.uint16:
-
-            def widened(K, r, g, trow, bs, T, out):
-                D = out.shape[1]
-                dst = out.reshape(-1).view(np.uint32)
-                t = 0
-                while t < T:
-                    n = min(T - t, bs - t % bs)
-                    at = trow[t // bs] * bs + t % bs
-                    src = K[r, g, at : at + n].reshape(n * D)
-                    for x in range(n * D):
-                        dst[t * D + x] = np.uint32(src[x]) << np.uint32(16)
-                    t += n
-                return out
-
-            return widened
-
-        def copied(K, r, g, trow, bs, T, out):
-            t = 0
-            while t < T:
-                n = min(T - t, bs - t % bs)
-                at = trow[t // bs] * bs + t % bs
-                out[t : t + n] = K[r, g, at : at + n]
-                t += n
-            return out
-
-        return copied
-
-    def _attend_impl(q, K, V, rows, tables, bs, starts, context, pads, scale, out):  # pragma: no cover - compiled
+    def _attend_impl(q, K, V, rows, tables, bs, starts, context, pads, scale, fns, out):  # pragma: no cover - compiled
         """The queries of n sequences, one after another: q/out [N, nh, D], sequence i's at rows starts[i] ..
         starts[i+1]-1, for positions context[i]-len .. context[i]-1, each over the keys up to its own position.
         K/V [R, nkv, slots, D] (float32, bf16 bits or a quantized triple; widened a tile at a time): sequence i
-        reads K[rows[i]], its
-        position t at slot tables[i, t // bs] * bs + t % bs - a block pool read in place, or a dense cache
-        [B, nkv, capacity, D] with one block per row. The G = nh/nkv query heads of a kv head share each K and V
-        row read. Keys before pads[i] are invisible (all invisible: a uniform average, as the reference's finite
-        mask gives). Several queries (a prefill chunk) widen the history once into float32 rows (``_gather``); one
-        query (a decode step) widens a tile at a time - the same float32 values either way.
+        reads K[rows[i]], its position t at slot tables[i, t // bs] * bs + t % bs - a block pool read in place, or a
+        dense cache [B, nkv, capacity, D] with one block per row. The G = nh/nkv query heads of a kv head share each
+        K and V row read. Keys before pads[i] are invisible (all invisible: a uniform average, as the reference's
+        finite mask gives). Up to QUERIES queries of a sequence (a prefill chunk, a speculative verify) walk the
+        keys together, tile by tile, each taking the keys of a tile it sees: a tile is read (and widened, where the
+        IR does not read bf16 bits itself) once for all of them. ``fns``: attention_tiles.kernels(D).
 
-        Each query's arithmetic is the same loop over its visible keys in increasing order, whatever the batch,
-        the blocks, where the call starts and how much padding its row has: a token attended in a prefill, in an
-        engine step beside other sequences, or alone in a decode step gets the same bits (batch invariance)."""
-        nh, D = q.shape[1], q.shape[2]
+        Per query: the scores of its visible keys (``_scores``), their max, the weights exp(s - max)
+        (``_weights``) and their sum, the weighted sum of values (``_weighted``), divided by the sum. Each step's
+        arithmetic for a key or an output lane is the same whatever the batch, the blocks, where the call starts
+        and how much padding its row has: a token attended in a prefill, in an engine step beside other sequences,
+        or alone in a decode step gets the same bits (batch invariance)."""
         nkv = _heads(K)
-        G = nh // nkv
-        TILE = 64
+        G = q.shape[1] // nkv
+        raw = fns[0] != 0 and _bf16(_rows(K, 0, 0, 0, 0))  # bf16 rows straight to the IR, not via buf
+        bits = np.empty(2, np.float32)
+        bits[0] = scale
+        sbits = np.int64(bits.view(np.int32)[0])
         for ig in prange(context.shape[0] * nkv):
             i, g = ig // nkv, ig % nkv
-            r, T, S = rows[i], context[i], starts[i + 1] - starts[i]
-            s = np.empty((G, T), np.float32)
-            m = np.empty(G, np.float32)
-            buf = np.empty((TILE, D), np.float32)
-            o = np.empty((G, D), np.float32)
-            tot = np.empty(G, np.float32)
-            whole = S > 1
-            Kw = np.empty((T if whole else 0, D), np.float32)
-            Vw = np.empty((T if whole else 0, D), np.float32)
-            if whole:
-                _gather(K, r, g, tables[i], bs, T, Kw)
-                _gather(V, r, g, tables[i], bs, T, Vw)
-            for qi in range(S):
-                Ti = T - S + qi + 1  # causal: this query sees keys 0 .. T-S+qi
-                blind = pads[i] >= Ti  # every key masked: equal scores, so a uniform average
-                lo = 0 if blind else pads[i]
-                qr = starts[i] + qi
-                m[:] = -np.inf
-                t0 = lo
-                while t0 < Ti:  # tiles end at block ends: a tile is contiguous
-                    t1 = min(Ti, t0 + TILE, (t0 // bs + 1) * bs)
-                    if whole:
-                        kt = Kw[t0:t1]
-                    else:
-                        at = tables[i, t0 // bs] * bs + t0 % bs
-                        kt = _tile(K, r, g, at, t1 - t0, buf)
-                    for t in range(t1 - t0):
-                        k = kt[t]
-                        for j in range(G):
-                            qj = q[qr, g * G + j]
-                            acc = np.float32(0.0)
-                            for d in range(D):
-                                acc += qj[d] * k[d]
-                            acc = np.float32(0.0) if blind else acc * scale
-                            s[j, t0 + t] = acc
-                            m[j] = max(m[j], acc)
-                    t0 = t1
-                o[:] = 0.0
-                tot[:] = 0.0
-                t0 = lo
-                while t0 < Ti:
-                    t1 = min(Ti, t0 + TILE, (t0 // bs + 1) * bs)
-                    if whole:
-                        vt = Vw[t0:t1]
-                    else:
-                        at = tables[i, t0 // bs] * bs + t0 % bs
-                        vt = _tile(V, r, g, at, t1 - t0, buf)
-                    for t in range(t1 - t0):
-                        v = vt[t]
-                        for j in range(G):
-                            p = np.exp(s[j, t0 + t] - m[j])
-                            tot[j] += p
-                            for d in range(D):
-                                o[j, d] += p * v[d]
-                    t0 = t1
-                for j in range(G):
-                    for d in range(D):
-                        out[qr, g * G + j, d] = o[j, d] / tot[j]
+            r, T, S, first = rows[i], context[i], starts[i + 1] - starts[i], starts[i]
+            _one_head(q, K, V, r, g, G, tables[i], bs, T, S, first, pads[i], raw, fns, scale, sbits, out)
 
     _attend = njit(parallel=True, fastmath=True, cache=True)(_attend_impl)
 
@@ -251,13 +222,14 @@ def attend_rows(
     """Attention for the queries of n sequences packed one after another (q [N, nh, D] -> [N, nh, D]); the
     arguments as ``_attend_impl`` names them. K and V are read in place: pass a pool's or a cache's own buffers."""
     n = context.shape[0]
-    pads = np.zeros(n, np.int64) if pads is None else np.asarray(pads, np.int64).reshape(n)
+    i64 = np.int64  # (asarray: no copy of what is int64 already; a decode step's call costs ~5 µs outside the kernel)
+    pads = np.zeros(n, i64) if pads is None else np.asarray(pads, i64).reshape(n)
     q = np.ascontiguousarray(q, dtype=np.float32)
     out = np.empty_like(q)
     key = ("attend", q.shape, n, bucket(int(context.max())))  # the work grows with T: a contest per doubling
-    i64 = np.int64
-    args = (q, _contiguous(K), _contiguous(V), rows.astype(i64), tables.astype(i64))
-    fan_out(key, _attend, *args, i64(block_size), starts.astype(i64), context.astype(i64), pads, scale, out)
+    args = (q, _contiguous(K), _contiguous(V), np.asarray(rows, i64), np.asarray(tables, i64))
+    tail = (np.asarray(starts, i64), np.asarray(context, i64), pads, np.float32(scale), kernels(q.shape[2]), out)
+    fan_out(key, _attend, *args, i64(block_size), *tail)
     return out
 
 

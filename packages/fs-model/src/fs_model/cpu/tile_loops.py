@@ -16,21 +16,9 @@ BLOCK = 16  # weight rows per parallel work item (a thread's share is whole bloc
 
 
 if HAVE_NUMBA:
-    from llvmlite import ir as llvm_ir
-    from numba import njit, prange, types
-    from numba.extending import intrinsic
+    from numba import njit, prange
 
-    @intrinsic
-    def _call(typingctx, address, args):  # pragma: no cover - compiled
-        """Call the tile function at ``address`` with the 13 int64 ``args`` of the ABI."""
-        i64 = llvm_ir.IntType(64)
-
-        def codegen(context, builder, signature, values):
-            fn = builder.inttoptr(values[0], llvm_ir.FunctionType(llvm_ir.VoidType(), [i64] * 13).as_pointer())
-            builder.call(fn, [builder.extract_value(values[1], j) for j in range(13)])
-            return context.get_dummy_value()
-
-        return types.void(address, args), codegen
+    from .llvm_ir import call_address as _call  # the tile at an address, the 13 int64 arguments of the ABI
 
     @njit(cache=True)
     def _group_sums(X, G, out):  # pragma: no cover - compiled

@@ -1,0 +1,169 @@
+"""Which attention kernels a head size runs, and the compiled calls into them (attention.py walks the cache and
+calls these; attention_tiles.py writes the kernels' IR).
+
+    kernels(D) -> int64 array of code addresses (all 0: the numba loops below run instead)
+    _scores_tile / _weighted_tile: every query of a group against one tile of keys it sees
+    _scores / _weights / _weighted: one query's G heads, through the IR or the loops
+
+The decision (``lanes``) is made here once per head size: 16 lanes on AVX-512, 8 on AVX2, none elsewhere or for a
+head size the vectors do not divide (the loops, whose arithmetic differs but is just as batch invariant: a model
+takes one or the other for every call).
+"""
+
+import ctypes
+
+import numpy as np
+
+from . import FEATURES, HAVE_NUMBA, SWITCHES
+from .attention_tiles import DECLARATIONS, exp_shifted, scores, weighted
+from .llvm_ir import compile_ir
+
+TILE = 64  # keys a tile: widened once (bf16 without the IR, quantized) into a buffer that stays in L1
+QUERIES = 16  # queries of one sequence that walk the keys together, each tile read once for all of them
+PAD = 16  # the IR kernels store whole vectors: up to 15 floats past a row's last key
+
+_compiled: dict[tuple[int, int], np.ndarray] = {}
+NONE: tuple[int, ...] = (0,) * 10
+
+
+def lanes(D: int) -> int:
+    """The vector width attention runs on for heads of D values: 16 on AVX-512 (``FS_WIDE_TILES`` on), 8 on AVX2,
+    0 where the IR kernels do not apply (no AVX2 + FMA, ``FS_TILES=0``, or D not a multiple of the width) and
+    attention.py's numba loops run instead. Decided here, once per head size, like the matrix tiles' width."""
+    if not SWITCHES.tiles or not FEATURES.issuperset(("avx2", "fma")):
+        return 0
+    if D % 16 == 0 and SWITCHES.wide_tiles and FEATURES.issuperset(("avx512f", "avx512bw")):
+        return 16
+    return 8 if D % 8 == 0 else 0
+
+
+def kernels(D: int) -> np.ndarray:
+    """(scores_2, scores_1, weighted_2, weighted_1, exp_shifted, lanes one weighted call covers, then the four
+    matrix-side kernels again reading bf16 bits) as raw code addresses for heads of D values, compiled once;
+    all 0 where ``lanes`` says the IR does not apply. An int64 array (read-only): numba types it at a call faster
+    than a tuple. A weighted call covers a slice of D, whose lanes
+    (``weighted``'s C·W) the caller steps over; a bf16 call's weights (the widened ``p``) are float32 either way."""
+    W = lanes(D)
+    key = (D, W)
+    if key not in _compiled:
+        got: tuple[int, ...] = NONE
+        if W:
+            NK = 8 if W == 16 else 4  # keys a scores step: NK·R accumulators and NK key chunks fit the registers
+            chunks = D // W
+            C = max(c for c in range(1, min(chunks, 8 if W == 16 else 4) + 1) if chunks % c == 0)
+            names = ["scores_2", "scores_1", "weighted_2", "weighted_1", "exp_shifted"]
+            ir = DECLARATIONS + exp_shifted(W)
+            for kv in ("f32", "bf16"):
+                ir += scores(2, D, W, NK, kv) + scores(1, D, W, NK, kv) + weighted(2, C, W, kv) + weighted(1, C, W, kv)
+            bf16 = [f"{n}_bf16" for n in names[:4]]
+            sig = ctypes.CFUNCTYPE(None, *[ctypes.c_int64] * 8)
+            fns = compile_ir(
+                ir, ("avx512f", "avx512bw") if W == 16 else ("avx2", "fma"), dict.fromkeys(names + bf16, sig)
+            )
+            if fns is not None:
+                at = {n: ctypes.cast(f, ctypes.c_void_p).value or 0 for n, f in fns.items()}
+                got = (*(at[n] for n in names), C * W, *(at[n] for n in bf16))
+        table = np.array(got, np.int64)
+        table.flags.writeable = False
+        _compiled[key] = table
+    return _compiled[key]
+
+
+if HAVE_NUMBA:
+    from numba import njit, types
+    from numba.extending import overload
+
+    from .llvm_ir import call_address
+
+    def _bf16(rows):  # pragma: no cover - replaced by the overload below
+        return False
+
+    @overload(_bf16)
+    def _bf16_overload(rows):  # pragma: no cover - compiled
+        """True (a constant of the type) for rows of bf16 bits: the IR kernels' ``_bf16`` variants read them."""
+        bits = isinstance(rows, types.Array) and rows.dtype == types.uint16
+        return lambda rows: bits
+
+    @njit(fastmath=True, cache=True)
+    def _scores(fns, qg, kt, n, s, t0, scale, bits):  # pragma: no cover - compiled
+        """s[j, t0 + t] = scale · (qg[j] · kt[t]) for t < n and every query head j of qg [G, D] (kt: n float32 rows,
+        or bf16 bits where ``fns`` has kernels): attention_tiles' scores, two heads a call, where ``fns`` has them;
+        else a loop (heads attention_tiles does not take). Either way a key's score does not depend on the call."""
+        G, D = qg.shape
+        if fns[0] == 0:
+            for t in range(n):
+                for j in range(G):
+                    acc = np.float32(0.0)
+                    for d in range(D):
+                        acc += qg[j, d] * kt[t, d]
+                    s[j, t0 + t] = acc * scale
+            return
+        i64 = np.int64
+        j = 0
+        while j < G:
+            R = 2 if j + 2 <= G else 1
+            qa, sa = i64(qg.ctypes.data) + j * D * 4, i64(s.ctypes.data) + (j * s.shape[1] + t0) * 4
+            kw = (i64(kt.ctypes.data), i64(kt.strides[0]), i64(n))
+            call_address(fns[2 - R + (6 if _bf16(kt) else 0)], (qa, i64(D * 4), *kw, sa, i64(s.strides[0]), bits))  # type: ignore[call-arg]
+            j += R
+
+    @njit(fastmath=True, cache=True)
+    def _weights(fns, s, p, j, lo, n, m, mbits):  # pragma: no cover - compiled
+        """p[j, lo + t] = exp(s[j, lo + t] - m) for t < n (attention_tiles' polynomial where ``fns`` has it)."""
+        if fns[4] == 0:
+            for t in range(lo, lo + n):
+                p[j, t] = np.exp(s[j, t] - m)
+            return
+        at = np.int64((j * s.shape[1] + lo) * 4)
+        call_address(fns[4], (np.int64(s.ctypes.data) + at, np.int64(n), mbits, np.int64(p.ctypes.data) + at))  # type: ignore[call-arg]
+
+    @njit(fastmath=True, cache=True)
+    def _weighted(fns, p, t0, vt, n, o):  # pragma: no cover - compiled
+        """o[j] += Σ_t p[j, t0 + t] · vt[t] for t < n, every head j of o [G, D]: one chain per output lane, keys in
+        increasing order (attention_tiles' weighted, two heads a call, ``fns[5]`` lanes of D at a time)."""
+        G, D = o.shape
+        if fns[2] == 0:
+            for t in range(n):
+                for j in range(G):
+                    pj = p[j, t0 + t]
+                    for d in range(D):
+                        o[j, d] += pj * vt[t, d]
+            return
+        i64 = np.int64
+        for d0 in range(0, D, fns[5]):
+            j = 0
+            while j < G:
+                R = 2 if j + 2 <= G else 1
+                pa, va = i64(p.ctypes.data) + (j * p.shape[1] + t0) * 4, i64(vt.ctypes.data) + d0 * vt.itemsize
+                oa = i64(o.ctypes.data) + (j * D + d0) * 4
+                call_address(
+                    fns[4 - R + (6 if _bf16(vt) else 0)],
+                    (pa, i64(p.strides[0]), va, i64(vt.strides[0]), i64(n), oa, i64(D * 4)),
+                )  # type: ignore[call-arg]
+                j += R
+
+    @njit(fastmath=True, cache=True)
+    def _visible(t0, t1, qi, S, T, pad):  # pragma: no cover - compiled
+        """The keys of tile t0 .. t1-1 query qi (of S, the last at position T-1) sees: (a, b), empty when a >= b."""
+        Ti = T - S + qi + 1
+        lo = 0 if pad >= Ti else pad
+        return max(t0, lo), min(t1, Ti)
+
+    @njit(fastmath=True, cache=True)
+    def _scores_tile(fns, q, first, g, G, kt, t0, t1, q0, q1, S, T, pad, s, scale, bits):  # pragma: no cover
+        """Every query q0 .. q1-1's scores (its G heads: rows (qi-q0)·G .. of s) against the keys of one tile it
+        sees (kt: keys t0 .. t1-1)."""
+        for qi in range(q0, q1):
+            a, b = _visible(t0, t1, qi, S, T, pad)
+            if a < b:
+                rows = s[(qi - q0) * G : (qi - q0 + 1) * G]
+                _scores(fns, q[first + qi, g * G : (g + 1) * G], kt[a - t0 : b - t0], b - a, rows, a, scale, bits)
+
+    @njit(fastmath=True, cache=True)
+    def _weighted_tile(fns, vt, G, t0, t1, q0, q1, S, T, pad, p, o):  # pragma: no cover - compiled
+        """Every query q0 .. q1-1's weighted sums (rows of p and o as ``_scores_tile``'s) over one tile's values."""
+        for qi in range(q0, q1):
+            a, b = _visible(t0, t1, qi, S, T, pad)
+            if a < b:
+                at = (qi - q0) * G
+                _weighted(fns, p[at : at + G], a, vt[a - t0 : b - t0], b - a, o[at : at + G])
