@@ -17,6 +17,7 @@ import numpy as np
 from . import FEATURES, HAVE_NUMBA, SWITCHES
 from .attention_tiles import DECLARATIONS, exp_shifted, scores, weighted
 from .llvm_ir import compile_ir
+from .tiles import WIDE_FEATURES  # the matrix tiles' 16-lane set: attention goes wide where they do
 
 TILE = 64  # keys a tile: widened once (bf16 without the IR, quantized) into a buffer that stays in L1
 QUERIES = 16  # queries of one sequence that walk the keys together, each tile read once for all of them
@@ -32,17 +33,16 @@ def lanes(D: int) -> int:
     attention.py's numba loops run instead. Decided here, once per head size, like the matrix tiles' width."""
     if not SWITCHES.tiles or not FEATURES.issuperset(("avx2", "fma")):
         return 0
-    if D % 16 == 0 and SWITCHES.wide_tiles and FEATURES.issuperset(("avx512f", "avx512bw")):
+    if D % 16 == 0 and SWITCHES.wide_tiles and FEATURES.issuperset(WIDE_FEATURES):
         return 16
     return 8 if D % 8 == 0 else 0
 
 
 def kernels(D: int) -> np.ndarray:
-    """(scores_2, scores_1, weighted_2, weighted_1, exp_shifted, lanes one weighted call covers, then the four
-    matrix-side kernels again reading bf16 bits) as raw code addresses for heads of D values, compiled once;
-    all 0 where ``lanes`` says the IR does not apply. An int64 array (read-only): numba types it at a call faster
-    than a tuple. A weighted call covers a slice of D, whose lanes
-    (``weighted``'s C·W) the caller steps over; a bf16 call's weights (the widened ``p``) are float32 either way."""
+    """(scores_2, scores_1, weighted_2, weighted_1, exp_shifted, the lanes of D one weighted call covers, then the
+    four scores / weighted kernels again, reading bf16 bits) as raw code addresses for heads of D values, compiled
+    once; all 0 where ``lanes`` says the IR does not apply. An int64 array, read-only (one array type for every
+    call: numba compiles one variant of each caller; and it types an array at a call faster than a tuple)."""
     W = lanes(D)
     key = (D, W)
     if key not in _compiled:
@@ -56,10 +56,8 @@ def kernels(D: int) -> np.ndarray:
             for kv in ("f32", "bf16"):
                 ir += scores(2, D, W, NK, kv) + scores(1, D, W, NK, kv) + weighted(2, C, W, kv) + weighted(1, C, W, kv)
             bf16 = [f"{n}_bf16" for n in names[:4]]
-            sig = ctypes.CFUNCTYPE(None, *[ctypes.c_int64] * 8)
-            fns = compile_ir(
-                ir, ("avx512f", "avx512bw") if W == 16 else ("avx2", "fma"), dict.fromkeys(names + bf16, sig)
-            )
+            sig = ctypes.CFUNCTYPE(None, *[ctypes.c_int64] * 8)  # only their addresses are used (numba calls them)
+            fns = compile_ir(ir, WIDE_FEATURES if W == 16 else ("avx2", "fma"), dict.fromkeys(names + bf16, sig))
             if fns is not None:
                 at = {n: ctypes.cast(f, ctypes.c_void_p).value or 0 for n, f in fns.items()}
                 got = (*(at[n] for n in names), C * W, *(at[n] for n in bf16))

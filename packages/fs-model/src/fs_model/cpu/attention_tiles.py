@@ -27,6 +27,8 @@ below -87.3 (where exp's result would be subnormal: at most 1.2e-38 against the 
 
 import struct
 
+from .float_tiles import _splat
+
 LOG2E, LN2_HI, LN2_LO = 1.44269504088896341, 0.693359375, -2.12194440e-4
 EXP_POLY = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1)
 EXP_FLOOR = -87.3  # below: 0 (exp would be subnormal; 2ⁿ below is built for n >= -126)
@@ -63,12 +65,8 @@ def _ptr(name: str, address: str) -> list[str]:
 
 def _splat_bits(name: str, bits: str, W: int) -> list[str]:
     """%name = the float32 whose bits are the low 32 of i64 ``bits``, in every lane."""
-    return [
-        f"  {name}.i = trunc i64 {bits} to i32",
-        f"  {name}.f = bitcast i32 {name}.i to float",
-        f"  {name}.0 = insertelement {_vec(W)} poison, float {name}.f, i32 0",
-        f"  {name} = shufflevector {_vec(W)} {name}.0, {_vec(W)} poison, <{W} x i32> zeroinitializer",
-    ]
+    return [f"  {name}.i = trunc i64 {bits} to i32", f"  {name}.f = bitcast i32 {name}.i to float",
+            *_splat(name, f"{name}.f", W)]  # fmt: skip
 
 
 def _suffix(kv: str) -> str:
@@ -210,9 +208,7 @@ def weighted(R: int, C: int, W: int, kv: str = "f32") -> str:
         L += _chunk(f"%vc{c}", "%va", c, W, kv)
     for r in range(R):
         L += [f"  %pw{r}.a = add i64 %pa{r}, %pt", *_ptr(f"%pw{r}.p", f"%pw{r}.a"),
-              f"  %pw{r}.f = load float, ptr %pw{r}.p, align 4",
-              f"  %pw{r}.0 = insertelement {v} poison, float %pw{r}.f, i32 0",
-              f"  %pw{r} = shufflevector {v} %pw{r}.0, {v} poison, <{W} x i32> zeroinitializer"]  # fmt: skip
+              f"  %pw{r}.f = load float, ptr %pw{r}.p, align 4", *_splat(f"%pw{r}", f"%pw{r}.f", W)]  # fmt: skip
         for c in range(C):
             L.append(f"  %nx{r}_{c} = call {v} {_fma(W)}({v} %pw{r}, {v} %vc{c}, {v} %acc{r}_{c})")
     L += ["  %tn = add i64 %t, 1", "  %more = icmp slt i64 %tn, %n", "  br i1 %more, label %loop, label %exit", "exit:"]
