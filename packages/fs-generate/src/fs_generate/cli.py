@@ -14,7 +14,7 @@ from typing import Any
 from fs_kvcache import KV_BITS, KVCacheError
 from fs_model import ModelError
 from fs_tokenizer import TokenizerError
-from fs_weights import WeightsError
+from fs_weights import WeightsError, interrupts
 from fs_weights.command_line import non_negative_int, positive_int, run_main
 from fs_weights.jsonfile import decode_utf8
 from fs_weights.regular_file import read_regular
@@ -235,6 +235,7 @@ def _run(args: argparse.Namespace) -> int:
         print(f"prompt cache: {len(prefix.tokens)} tokens from {args.prompt_cache_file}", file=err)
     streamed, printed = "", 0
     for step in g.steps():
+        interrupts.check()  # a Ctrl-C that came during a finalizer: stop here, not after the whole budget
         if args.verbose:
             print(f"[{step.token_id} {step.logprob:.3f}]", end="", file=err)
         if args.json:

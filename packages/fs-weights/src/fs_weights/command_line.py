@@ -36,7 +36,9 @@ def run_main(prog: str, body: Callable[[], int], known: tuple[type[BaseException
             reconfigure(errors="backslashreplace")
     try:  # Python's handler back only inside the try: a Ctrl-C between the two would escape as a bare SIGINT death
         interrupts.restore()
-        return body()
+        code = body()
+        interrupts.check()  # a Ctrl-C the body never saw (it came during a finalizer) still ends with 130
+        return code
     except KeyboardInterrupt:
         return interrupts.exit_interrupted(INTERRUPT_EXIT)
     except BrokenPipeError:
