@@ -160,6 +160,7 @@ def test_each_matrix_takes_the_widest_tile_its_shape_allows(tiled, monkeypatch):
     if tiles.kernels("bf16w") is None:
         assert tiles.widest("bf16", 1024) == "bf16" and tiles.widest("q8", 1024, 64) == "q8"
         pytest.skip(f"{cpu_name()} has no AVX-512: only the 8-wide tiles exist (checked above)")
+    monkeypatch.setattr(cpu.SWITCHES, "bf16_gemm", False)  # float32 activations (bf16d: further down)
     assert tiles.widest("bf16", 1024) == "bf16w" and tiles.widest("q4", 1024, 64) == "q4w"
     assert tiles.widest("bf16", 1016) == "bf16" and tiles.widest("q8", 1024, 8) == "q8"  # 1016, 8: not × 16
     assert tiles.widest("q8i", 1024, 64) == "q8i"  # the 8-bit integer tile has one width
@@ -171,6 +172,12 @@ def test_each_matrix_takes_the_widest_tile_its_shape_allows(tiled, monkeypatch):
     assert layer.tiles is not None and layer.tiles.kind == "bf16w"
     x = np.random.default_rng(3).standard_normal((3, 1024), dtype=np.float32)
     assert rel_err(layer.matmul(x), x.astype(np.float64) @ dense.astype(np.float64).T) < 1e-5
+    monkeypatch.setattr(cpu.SWITCHES, "bf16_gemm", True)
+    if tiles.kernels("bf16d") is not None:  # AVX512-BF16: bf16 weights take bf16 activations where k splits by 32
+        assert tiles.widest("bf16", 1024) == "bf16d" and Bf16Linear(w).tiles.kind == "bf16d"  # type: ignore[union-attr]
+        assert tiles.widest("bf16", 1040) == "bf16w"  # 1040 = 65 · 16: no chunks of 32
+    else:
+        assert tiles.widest("bf16", 1024) == "bf16w"
     monkeypatch.setattr(cpu.SWITCHES, "wide_tiles", False)
     assert tiles.widest("bf16", 1024) == "bf16" and Bf16Linear(w).tiles.kind == "bf16"  # type: ignore[union-attr]
 

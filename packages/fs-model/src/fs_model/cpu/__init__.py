@@ -8,7 +8,7 @@ fs-model wherever it has wheels; ``fs-model[fast]`` elsewhere) and which instruc
 | switch | default | effect |
 |---|---|---|
 | ``FS_NUM_THREADS=N`` | every usable core | caps numba's threads (each call shape picks 1 or N: threads.py) |
-| ``FS_BF16_GEMM=0`` | on where the CPU has AVX512-BF16 | prefill with bf16 weights widens to float32 and uses BLAS |
+| ``FS_BF16_GEMM=0`` | on where the CPU has AVX512-BF16 | bf16 weights keep float32 activations (``bf16w``, BLAS) |
 | ``FS_INT8_ACTIVATIONS=0`` / ``all`` | 4-bit (AVX2 or VNNI CPUs) | ``0``: float activations; ``all``: 8-bit too |
 | ``FS_REFERENCE_PATH=1`` | off | every step uses the numpy glue instead of the fused kernels |
 | ``FS_TILES=0`` | on where the CPU has AVX2 + FMA | kept weights take the row kernels instead of the register tiles |

@@ -64,9 +64,10 @@ class Bf16Linear(Linear):
     """``x @ Wᵀ`` for W [out, in] held as bf16 bits (uint16): a read-only mmap of a BF16 tensor needs no copy.
 
     Decode-sized inputs (≤ SMALL rows: a batch's single-token rows), and every input when batch invariance is on
-    (the default), take one kernel pass over the weights with float32 activations: the register tiles (tiles.py)
-    where this CPU runs them, else the row kernel; otherwise prefill rounds the activations to bf16 on the bf16
-    GEMM where it applies, or widens blocks of weights for BLAS."""
+    (the default), take one kernel pass over the weights: the register tiles (tiles.py) where this CPU runs them -
+    on AVX512-BF16 with the activations rounded to bf16 (bf16_dot_tiles.py), else float32 ones - or the row kernel;
+    otherwise prefill rounds the activations to bf16 on the bf16 GEMM where it applies, or widens blocks of weights
+    for BLAS."""
 
     def __init__(self, w: np.ndarray):
         if w.dtype != np.uint16 or w.ndim != 2:

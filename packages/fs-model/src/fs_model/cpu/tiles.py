@@ -16,7 +16,8 @@ Invariance is kept by construction, in LLVM IR where the arithmetic is explicit 
 
 On a CPU with AVX-512 the float kinds run 16-wide (``bf16w``, ``q8w``, ``q4w``: chunks of 16, an hsum that first
 adds lanes (0..7)+(8..15)), and with VNNI the 4-bit integer kind too (``q4iw``; on groups of 32 a kernel of its own,
-vnni_superblock.py, with its own ``TILES`` entry: ``tile_key``); ``widest`` picks the width once per matrix. Every
+vnni_superblock.py, with its own ``TILES`` entry: ``tile_key``); with AVX512-BF16, bf16 weights take ``bf16d``
+(activations rounded to bf16, ``vdpbf16ps``: bf16_dot_tiles.py); ``widest`` picks the kind once per matrix. Every
 tile prefetches its weights ``float_tiles.PREFETCH`` bytes ahead (a hint: no result changes).
 
 Every tile shape (NR×MR, NR×1, 1×MR, 1×1) computes each element by exactly that chain, so the number of rows in a
@@ -32,7 +33,17 @@ from typing import Any
 
 import numpy as np
 
-from . import HAVE_NUMBA, SWITCHES, float_tiles, integer_tiles, packed_codes, tile_loops, vnni_superblock
+from . import (
+    HAVE_NUMBA,
+    SWITCHES,
+    bf16_dot_tiles,
+    float_tiles,
+    integer_tiles,
+    packed_codes,
+    tile_loops,
+    vnni_superblock,
+)
+from .fused import to_bf16
 from .integer_tiles import quantize_rows
 from .llvm_ir import ADDRESSES, compile_ir
 from .threads import bucket, fan_out
@@ -56,6 +67,7 @@ TILES = {
     "q4": ((1, 4), (4, 2), (4, 1), (4, 1)),
     # AVX-512 (16-wide, kinds named with a trailing w; 32 vector registers): measured like the AVX2 ones
     "bf16w": ((4, 4), (4, 2), (4, 1), (1, 1)),
+    "bf16d": ((4, 4), (4, 2), (4, 1), (1, 1)),  # bf16 activations on AVX512-BF16 (bf16_dot_tiles.py)
     "q8w": ((2, 4), (4, 2), (4, 1), (1, 1)),
     "q4w": ((2, 4), (2, 2), (4, 1), (4, 1)),  # 1×1 measured no faster for it
     "q4i": ((1, 4), (2, 2), (2, 1), (2, 1)),  # 4-bit codes with int8 activations (integer_tiles.py); 1×1 even
@@ -116,6 +128,9 @@ def kernels(kind: str, G: int = 0, layout: str | None = None) -> tuple[int, ...]
                 packed_codes.microkernel(a, b, int(kind[1]), vnni, layout) for a, b in unique.values()
             )
             features = VNNI_FEATURES if vnni else features
+        elif kind == "bf16d":
+            ir = bf16_dot_tiles.DECLARATIONS + "".join(bf16_dot_tiles.microkernel(a, b) for a, b in unique.values())
+            features = bf16_dot_tiles.FEATURES
         elif superblock:
             body = (vnni_superblock.microkernel(a, b, layout) for a, b in unique.values())
             ir = integer_tiles.DECLARATIONS + "".join(body)
@@ -145,15 +160,20 @@ VNNI_FEATURES = ("avx512f", "avx512bw", "avx512vnni")
 
 
 def width(kind: str) -> int:
-    """Lanes per vector of a tile kind: 16 for the AVX-512 kinds (a trailing ``w``), else 8."""
-    return 16 if kind.endswith("w") else 8
+    """Weights per loop chunk of a tile kind: 32 for ``bf16d`` (one ``vdpbf16ps``), 16 for the other AVX-512 kinds (a
+    trailing ``w``), else 8."""
+    return bf16_dot_tiles.CHUNK if kind == "bf16d" else 16 if kind.endswith("w") else 8
 
 
 def widest(kind: str, k: int, G: int = 0) -> str:
     """The kind a matrix of this format and shape runs as on this CPU: the 16-wide AVX-512 tile where the CPU has
     it, the switch allows it (``FS_WIDE_TILES=0`` keeps AVX2's) and k (and the group) split into 16-float chunks,
-    else the 8-wide one. Decided once per matrix: its width is part of every element's chain."""
+    else the 8-wide one; bf16 weights take ``bf16d`` (bf16 activations, bf16_dot_tiles.py) where the CPU has
+    AVX512-BF16, k splits into chunks of 32 and ``FS_BF16_GEMM`` is on. Decided once per matrix: its width is part
+    of every element's chain."""
     wide = kind + "w"
+    if kind == "bf16" and SWITCHES.wide_tiles and SWITCHES.bf16_gemm and k % bf16_dot_tiles.CHUNK == 0:
+        wide = "bf16d" if kernels("bf16d") is not None else wide
     if kind not in ("bf16", "q8", "q4", "q4i", "q5i", "q6i") or not SWITCHES.wide_tiles or k % 16 or (G and G % 16):
         return kind
     if kind == "q4i" and G != integer_tiles.GROUP and (G != vnni_superblock.G or k % vnni_superblock.STEP):
@@ -197,7 +217,7 @@ class Tiled:
         W = width(kind)
         self.layout: str | None = None
         self.single: tuple[tuple[int, ...], tuple[int, ...]] | None = None  # (fns, weights) reading the records
-        if kind in ("bf16", "bf16w"):
+        if kind in ("bf16", "bf16w", "bf16d"):
             codes, ps, pb, sg, G, k = w, 0, 0, 0, 0, w.shape[1]
             outer, inner = 1, k // W
         else:
@@ -224,6 +244,8 @@ class Tiled:
 
     def prepare(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(the rows as the tiles read them, their side data): each row's own, whatever else is in X."""
+        if self.kind == "bf16d":  # each activation rounded to bf16 (bf16_dot_tiles.py)
+            return to_bf16(X), NO_SIDE
         if self.kind in INTEGER:  # int8 activations per group, [scales | sums] per row (integer_tiles.py)
             xq, side = quantize_rows(X, self.G)
             if self.family == "q4iw32":  # in its planes' order
