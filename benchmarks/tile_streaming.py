@@ -1,5 +1,7 @@
 """How fast a decode step's matrix tiles stream their weights, by how many weight rows a call of one input row walks
 together (``fs_model.cpu.tiles.TILES``' last entry, NR): the shipped choice against the others, in one process.
+Then, for calls of 1 to 8 input rows (a verify pass, a decode batch), where the tiles' software prefetch puts the
+lines it fetches ahead (``float_tiles.PREFETCH`` / ``LOCALITY``): the shipped L2 against L1 and none.
 
     uv run nox -s bench -- tile_streaming
     uv run --all-packages --all-extras --group bench python benchmarks/tile_streaming.py [--rounds 7]
@@ -23,7 +25,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parent))
 from common import read_bandwidth_gbs, read_bandwidth_gbs_all_cores
 
-from fs_model.cpu import tiles
+from fs_model.cpu import float_tiles, tiles
 from fs_model.cpu.affine import quantize_affine
 from fs_model.cpu.threads import pinned
 
@@ -42,6 +44,43 @@ def with_nr(key: str, nr: int) -> Callable[[], None]:
         tiles._compiled.clear()
 
     return undo
+
+
+PREFETCHES = {"L2, 32 KiB ahead (shipped)": (32768, 2), "L1, 16 KiB ahead": (16384, 3), "none": (0, 3)}
+ROWS = (1, 2, 4, 5, 8)
+
+
+def prefetch_table(formats: dict[str, tuple[str, int, Callable[[], object]]], rounds: int) -> None:
+    """µs per matrix for calls of ROWS input rows, on both threads, each prefetch placement compiled anew."""
+    print("\n| format (kind) | prefetch | " + " | ".join(f"{m} rows" for m in ROWS) + " |")
+    print("|---|---|" + "---|" * len(ROWS))
+    rng = np.random.default_rng(1)
+    xs = {m: rng.standard_normal((m, K), dtype=np.float32) for m in ROWS}
+    shipped = float_tiles.PREFETCH, float_tiles.LOCALITY
+    for name, (base, G, make) in formats.items():
+        kind = tiles.widest(base, K, G)
+        if not tiles.applies(base, K, G):
+            continue
+        weights = [make() for _ in range(COPIES)]
+        runs: dict[str, list[tiles.Tiled]] = {}
+        for label, (distance, level) in PREFETCHES.items():
+            float_tiles.PREFETCH, float_tiles.LOCALITY = distance, level
+            tiles._compiled.clear()
+            runs[label] = [tiles.Tiled(kind, m) for m in weights]  # compiled now, with this prefetch
+        float_tiles.PREFETCH, float_tiles.LOCALITY = shipped
+        tiles._compiled.clear()
+        best = {(label, m): np.inf for label in runs for m in ROWS}
+        with pinned(2):
+            for _ in range(rounds):
+                for m, x in xs.items():
+                    for label, ts in runs.items():
+                        t0 = time.perf_counter()
+                        for t in ts:
+                            t(x)
+                        best[label, m] = min(best[label, m], (time.perf_counter() - t0) / COPIES)
+        for label in runs:
+            cells = " | ".join(f"{best[label, m] * 1e6:.0f}" for m in ROWS)
+            print(f"| {name} ({kind}) | {label} | {cells} |")
 
 
 def main() -> None:
@@ -91,6 +130,7 @@ def main() -> None:
                 print(
                     f"| {name} | {kind} | {threads} | {nr}{mark} | {nbytes / t / 1e9:.1f} | {best[shipped] / t:.2f}× |"
                 )
+    prefetch_table(formats, args.rounds)
 
 
 if __name__ == "__main__":

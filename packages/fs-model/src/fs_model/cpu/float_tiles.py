@@ -12,7 +12,11 @@ from .superblock_scales import scale_and_bias
 # order, so loads at +PREFETCH cover every line just before it is needed. Rows of 0.5-6 KiB end too soon for
 # the hardware prefetcher to keep up (it stops at each 4 KiB page): a 0.6B decode matrix from memory streamed
 # 9-14 GB/s without, 18-24 with (docs/performance.md). A hint only: it never faults and changes no result.
-PREFETCH = 16384
+PREFETCH = 32768
+# Into L2, not L1 (prefetcht1): the lines fetched ahead wait in L2 instead of pushing a call's activations out of
+# the 32 KiB L1. With a few input rows per call that was the cost of every row after the first: a bf16 gate matrix
+# from memory at 5 rows took 1.6x its 1-row time with L1 prefetches, 1.07x with L2 ones (docs/performance.md).
+LOCALITY = 2
 DECLARATIONS = """declare void @llvm.prefetch.p0(ptr, i32, i32, i32)
 declare <8 x float> @llvm.fma.v8f32(<8 x float>, <8 x float>, <8 x float>)
 declare <16 x float> @llvm.fma.v16f32(<16 x float>, <16 x float>, <16 x float>)
@@ -102,13 +106,13 @@ def _weights(kind: str, n: int, W: int) -> list[str]:
 
 
 def prefetch(name: str, address: str) -> list[str]:
-    """Hint the line PREFETCH bytes past ``address`` into the cache (read, keep: locality 3, data)."""
+    """Hint the line PREFETCH bytes past ``address`` into the cache (read, data, LOCALITY: L2)."""
     if not PREFETCH:
         return []
     return [
         f"  {name}.a = add i64 {address}, {PREFETCH}",
         f"  {name}.p = inttoptr i64 {name}.a to ptr",
-        f"  call void @llvm.prefetch.p0(ptr {name}.p, i32 0, i32 3, i32 1)",
+        f"  call void @llvm.prefetch.p0(ptr {name}.p, i32 0, i32 {LOCALITY}, i32 1)",
     ]
 
 

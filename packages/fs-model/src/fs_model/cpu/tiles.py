@@ -18,7 +18,7 @@ On a CPU with AVX-512 the float kinds run 16-wide (``bf16w``, ``q8w``, ``q4w``: 
 adds lanes (0..7)+(8..15)), and with VNNI the 4-bit integer kind too (``q4iw``; on groups of 32 a kernel of its own,
 vnni_superblock.py, with its own ``TILES`` entry: ``tile_key``); with AVX512-BF16, bf16 weights take ``bf16d``
 (activations rounded to bf16, ``vdpbf16ps``: bf16_dot_tiles.py); ``widest`` picks the kind once per matrix. Every
-tile prefetches its weights ``float_tiles.PREFETCH`` bytes ahead (a hint: no result changes).
+tile prefetches its weights ``float_tiles.PREFETCH`` bytes ahead into L2 (a hint: no result changes).
 
 Every tile shape (NR×MR, NR×1, 1×MR, 1×1) computes each element by exactly that chain, so the number of rows in a
 call, a row's place in it and the other rows cannot move a bit. The bits differ from the row kernels' (another
