@@ -170,6 +170,7 @@ BENCHES = {
     "gguf_load": ["benchmarks/gguf_load.py"],
     "moe_experts": ["benchmarks/moe_experts.py"],
     "speculative": ["benchmarks/speculative.py"],
+    "speculative_llama": ["benchmarks/speculative_llama.py"],
     "attention": ["benchmarks/attention.py"],
     "tile_streaming": ["benchmarks/tile_streaming.py"],
     "gguf_vs_llama": ["benchmarks/gguf_vs_llama.py"],
@@ -192,7 +193,8 @@ BENCHES = {
     "serve_load": ["benchmarks/serve_load.py", "--out", "docs/data/serve_load.json"],
     "cold_start": ["benchmarks/cold_start.py", "--out", "docs/data/cold_start.json"],
 }
-PEERS = {"cpu_speed", "engine_serving", "serve_load", "gguf_vs_llama", "kquant_speed", "moe_speed"}  # take --llama-bin
+# the scripts that take --llama-bin
+PEERS = {"cpu_speed", "engine_serving", "serve_load", "gguf_vs_llama", "kquant_speed", "moe_speed", "speculative_llama"}
 
 
 @nox.session(default=False)
