@@ -1,7 +1,15 @@
-"""Helpers shared by the benchmark scripts: the 0.6B random checkpoint, peak RSS, a measured matmul peak."""
+"""Helpers shared by the benchmark scripts: the 0.6B random checkpoint, peak RSS, a measured matmul peak, and talking
+to a peer's server (a free port; a JSON request that waits while the server starts)."""
 
+import json
+import socket
+import subprocess
 import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -82,3 +90,37 @@ def read_bandwidth_gbs_all_cores(nbytes: int = 1 << 30, repeat: int = 5) -> floa
         total(a)
         best = min(best, time.perf_counter() - t0)
     return nbytes / best / 1e9
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def server(cmd: list[str], port: int) -> Iterator["subprocess.Popen[bytes]"]:
+    """A peer's server process (``cmd`` already names ``port``), output discarded, stopped on the way out."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        yield proc
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+def post_json(port: int, path: str, body: dict[str, Any], proc: "subprocess.Popen[bytes]", wait_s: float = 60) -> Any:
+    """POST ``body`` to a server on 127.0.0.1 that ``proc`` is starting; retried until it answers or exits."""
+    data, name = json.dumps(body).encode(), Path(str(proc.args[0])).name  # type: ignore[index]
+    deadline = time.monotonic() + wait_s
+    while True:
+        if proc.poll() is not None:
+            raise SystemExit(f"{name} exited ({proc.returncode}) before answering")
+        try:
+            req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=data,
+                                         headers={"Content-Type": "application/json"})  # fmt: skip
+            return json.load(urllib.request.urlopen(req, timeout=120))
+        except OSError:
+            if time.monotonic() > deadline:
+                raise SystemExit(f"{name} did not answer within {wait_s:.0f} s") from None
+            time.sleep(0.2)

@@ -15,14 +15,11 @@ differ by that rounding, not by zero.
 """
 
 import argparse
-import json
-import socket
-import subprocess
-import time
-import urllib.request
+import subprocess  # llama-quantize
 from pathlib import Path
 
 import numpy as np
+from common import free_port, post_json, server
 
 from fs_generate.gguf_cli import export
 from fs_model import load_model
@@ -38,31 +35,13 @@ MODELS = {  # the dense Qwen3, and a Qwen3-MoE llama.cpp's qwen3moe runs (every 
 IDS = [785, 6722, 315, 9625, 374, 12095, 13, 576, 1156, 4128]  # "The capital of France is Paris. The first ..."
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def llama_logprobs(server: Path, gguf: Path) -> tuple[int, dict[int, float]]:
+def llama_logprobs(llama_server: Path, gguf: Path) -> tuple[int, dict[int, float]]:
     port = free_port()
-    proc = subprocess.Popen([str(server), "-m", str(gguf), "--port", str(port), "-t", "2", "-c", "256"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-    try:
-        body = json.dumps({"prompt": IDS, "n_predict": 1, "n_probs": 20, "temperature": 0, "cache_prompt": False,
-                           "post_sampling_probs": False}).encode()  # fmt: skip
-        for _ in range(300):
-            try:
-                req = urllib.request.Request(f"http://127.0.0.1:{port}/completion", data=body,
-                                             headers={"Content-Type": "application/json"})  # fmt: skip
-                first = json.load(urllib.request.urlopen(req, timeout=30))["completion_probabilities"][0]
-                return first["id"], {t["id"]: t["logprob"] for t in first["top_logprobs"]}
-            except (OSError, KeyError):
-                time.sleep(0.2)
-        raise RuntimeError(f"llama-server did not answer for {gguf}")
-    finally:
-        proc.terminate()
-        proc.wait(30)
+    with server([str(llama_server), "-m", str(gguf), "--port", str(port), "-t", "2", "-c", "256"], port) as proc:
+        body = {"prompt": IDS, "n_predict": 1, "n_probs": 20, "temperature": 0, "cache_prompt": False,
+                "post_sampling_probs": False}  # fmt: skip
+        first = post_json(port, "/completion", body, proc)["completion_probabilities"][0]
+        return first["id"], {t["id"]: t["logprob"] for t in first["top_logprobs"]}
 
 
 def main() -> None:

@@ -26,7 +26,6 @@ import asyncio
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -34,6 +33,7 @@ from pathlib import Path
 
 import httpx
 import numpy as np
+from common import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 GGUF = {"bf16": "qwen3-0.6b-bf16.gguf", "int4": "qwen3-0.6b-q4_0.gguf"}
@@ -41,12 +41,6 @@ SYSTEM = (
     "You are a careful assistant for a team that maintains a Python library. Answer briefly, cite the module you "
     "mean, prefer the standard library, and never invent an API. "
 ) * 6
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def model_dir(tokenizer: Path) -> Path:

@@ -16,6 +16,7 @@ interleave the two; the best round of each is kept (the machine is shared: singl
 
 import argparse
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -75,11 +76,9 @@ def demo_lookup(rounds: int, n: int) -> None:
     model, tok = load(None, dtype="bfloat16")
     kw = dict(max_new_tokens=n, eos_token_ids=[])
     for label, prompt in demo_prompts(tok).items():
-        runs = {"plain": lambda prompt=prompt: generate(model, tok, prompt, **kw)}
+        runs = {"plain": partial(generate, model, tok, prompt, **kw)}
         for k in (4, 8):
-            runs[f"lookup k={k}"] = lambda k=k, prompt=prompt: generate(
-                model, tok, prompt, prompt_lookup_num_tokens=k, **kw
-            )
+            runs[f"lookup k={k}"] = partial(generate, model, tok, prompt, prompt_lookup_num_tokens=k, **kw)
         best = race(runs, rounds)
         base = best["plain"][0]
         print(f"\n(a) demo model, bf16, {len(prompt)}-token prompt: {label}, {n} tokens greedy")

@@ -17,15 +17,12 @@ kernels differ from one-token decoding, so a speculative run may change its outp
 """
 
 import argparse
-import json
-import socket
 import subprocess
 import tempfile
-import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
+from common import free_port, post_json, server
 from speculative import demo_prompts
 
 from fs_generate import generate, load
@@ -46,43 +43,24 @@ def modes(gguf: Path) -> dict[str, list[str]]:
     }  # fmt: skip
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def complete(port: int, ids: list[int], proc: "subprocess.Popen[bytes]") -> dict[str, Any]:
+    body = {"prompt": ids, "n_predict": N, "temperature": 0, "cache_prompt": False, "ignore_eos": True,
+            "return_tokens": True}  # fmt: skip
+    return dict(post_json(port, "/completion", body, proc))
 
 
-def complete(port: int, ids: list[int], proc: subprocess.Popen[bytes]) -> dict[str, Any]:
-    body = json.dumps({"prompt": ids, "n_predict": N, "temperature": 0, "cache_prompt": False, "ignore_eos": True,
-                       "return_tokens": True}).encode()  # fmt: skip
-    for _ in range(300):
-        if proc.poll() is not None:
-            raise SystemExit(f"llama-server exited ({proc.returncode}) before answering: see its arguments above")
-        try:
-            req = urllib.request.Request(f"http://127.0.0.1:{port}/completion", data=body,
-                                         headers={"Content-Type": "application/json"})  # fmt: skip
-            return dict(json.load(urllib.request.urlopen(req, timeout=120)))
-        except OSError:
-            time.sleep(0.2)
-    raise SystemExit("llama-server did not answer within 60 s")
-
-
-def run_mode(server: Path, gguf: Path, extra: list[str], prompts: dict[str, list[int]], out: dict[str, Any]) -> None:
+def run_mode(llama: Path, gguf: Path, extra: list[str], prompts: dict[str, list[int]], out: dict[str, Any]) -> None:
     """One fresh server (ngram-mod's n-gram pool outlives a request: a second identical request would be drafted
     from the first), each prompt once; keeps per prompt the best (tok/s, generated ids, drafted, accepted)."""
     port = free_port()
-    cmd = [str(server), "-m", str(gguf), "--port", str(port), "-t", "2", "-c", "1024", "-np", "1", *extra]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
+    cmd = [str(llama), "-m", str(gguf), "--port", str(port), "-t", "2", "-c", "1024", "-np", "1", *extra]
+    with server(cmd, port) as proc:
         for label, ids in prompts.items():
             r = complete(port, ids, proc)
             tm = r["timings"]
             tps = len(r["tokens"]) / ((tm["prompt_ms"] + tm["predicted_ms"]) / 1e3)
             if label not in out or tps > out[label][0]:
                 out[label] = (tps, r["tokens"], tm.get("draft_n", 0), tm.get("draft_n_accepted", 0))
-    finally:
-        proc.terminate()
-        proc.wait(30)
 
 
 def main() -> None:

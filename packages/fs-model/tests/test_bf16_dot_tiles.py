@@ -86,3 +86,17 @@ def test_the_switch_keeps_float32_activations(bf16d, monkeypatch):
     assert Bf16Linear(w).tiles.kind == "bf16d"  # type: ignore[union-attr]
     monkeypatch.setattr(cpu.SWITCHES, "bf16_gemm", False)  # FS_BF16_GEMM=0
     assert Bf16Linear(w).tiles.kind == "bf16w"  # type: ignore[union-attr]
+
+
+def test_a_moe_router_keeps_float32_activations(bf16d, tmp_path):
+    """Its logits choose experts: a bf16 rounding of its input would flip near-ties (build.py). The experts round."""
+    from fs_model import load_model
+    from fs_weights import write_random_checkpoint
+    from model_helpers import config
+
+    moe = dict(model_type="qwen3_moe", num_experts=8, num_experts_per_tok=2, moe_intermediate_size=128,
+               hidden_size=128, num_hidden_layers=1)  # fmt: skip
+    d = write_random_checkpoint(tmp_path / "m", config(**moe), dtype="bfloat16")
+    mlp = load_model(d, dtype="bfloat16").blocks[0].mlp
+    assert mlp.router.tiles.kind == "bf16w"
+    assert mlp.experts[0].gate.tiles.kind == "bf16d"

@@ -69,7 +69,8 @@ class Bf16Linear(Linear):
     otherwise prefill rounds the activations to bf16 on the bf16 GEMM where it applies, or widens blocks of weights
     for BLAS."""
 
-    def __init__(self, w: np.ndarray):
+    def __init__(self, w: np.ndarray, bf16_activations: bool = True):
+        """``bf16_activations=False``: float32 activations on every CPU (a MoE router: build.py says why)."""
         if w.dtype != np.uint16 or w.ndim != 2:
             raise ValueError(f"Bf16Linear needs a 2-D uint16 array of bf16 bits, got {w.dtype} {w.shape}")
         self.w = w
@@ -79,7 +80,7 @@ class Bf16Linear(Linear):
         # chain of arithmetic, whatever else is in the call
         self.invariant = SWITCHES.batch_invariant
         self.tiled = tiles.applies("bf16", w.shape[1]) and w.strides[1] == 2
-        self.tiles = tiles.Tiled(tiles.widest("bf16", w.shape[1]), w) if self.tiled else None
+        self.tiles = tiles.Tiled(tiles.widest("bf16", w.shape[1], 0, bf16_activations), w) if self.tiled else None
         self.gemm = bf16_gemm.applies(w) and not self.invariant
 
     def matmul(self, rows: np.ndarray) -> np.ndarray:

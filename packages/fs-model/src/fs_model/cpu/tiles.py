@@ -165,14 +165,15 @@ def width(kind: str) -> int:
     return bf16_dot_tiles.CHUNK if kind == "bf16d" else 16 if kind.endswith("w") else 8
 
 
-def widest(kind: str, k: int, G: int = 0) -> str:
+def widest(kind: str, k: int, G: int = 0, bf16_activations: bool = True) -> str:
     """The kind a matrix of this format and shape runs as on this CPU: the 16-wide AVX-512 tile where the CPU has
     it, the switch allows it (``FS_WIDE_TILES=0`` keeps AVX2's) and k (and the group) split into 16-float chunks,
     else the 8-wide one; bf16 weights take ``bf16d`` (bf16 activations, bf16_dot_tiles.py) where the CPU has
-    AVX512-BF16, k splits into chunks of 32 and ``FS_BF16_GEMM`` is on. Decided once per matrix: its width is part
-    of every element's chain."""
+    AVX512-BF16, k splits into chunks of 32, ``FS_BF16_GEMM`` is on and the caller allows it (``bf16_activations``).
+    Decided once per matrix: its width is part of every element's chain."""
     wide = kind + "w"
-    if kind == "bf16" and SWITCHES.wide_tiles and SWITCHES.bf16_gemm and k % bf16_dot_tiles.CHUNK == 0:
+    bf16d = bf16_activations and SWITCHES.bf16_gemm and k % bf16_dot_tiles.CHUNK == 0
+    if kind == "bf16" and SWITCHES.wide_tiles and bf16d:
         wide = "bf16d" if kernels("bf16d") is not None else wide
     if kind not in ("bf16", "q8", "q4", "q4i", "q5i", "q6i") or not SWITCHES.wide_tiles or k % 16 or (G and G % 16):
         return kind

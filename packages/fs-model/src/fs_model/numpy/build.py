@@ -109,7 +109,11 @@ def _layer(ckpt: Checkpoint, name: str, dtype: str | None, quantize: str | None)
         ckpt.release(name)  # a converted copy is kept: the stored pages need not stay resident (peak RSS)
     if isinstance(w, AffineWeight):
         return AffineLinear(w)
-    return Bf16Linear(w) if w.dtype == np.uint16 else DenseLinear(w)
+    # A Qwen3-MoE router keeps float32 activations where bf16 matrices round theirs (cpu/bf16_dot_tiles.py): its
+    # logits pick experts, a discrete choice that one bf16 rounding of a near-tie flips, and it is too small a
+    # matrix (E × hidden) for the speed to matter
+    router = name.endswith(".mlp.gate.weight")
+    return Bf16Linear(w, bf16_activations=not router) if w.dtype == np.uint16 else DenseLinear(w)
 
 
 def _kept(ckpt: Checkpoint, name: str, dtype: str | None, quantize: str | None) -> Any:
