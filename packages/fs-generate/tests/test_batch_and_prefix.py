@@ -51,6 +51,9 @@ def test_batch_bad_input(tiny_dir):
         generate_batch(model, tok, ["ok", ""], max_new_tokens=3)
     out = generate_batch(model, tok, ["a", "b"], max_new_tokens=0)
     assert [g.finish_reason for g in out] == ["length", "length"]
+    for spec in (dict(prompt_lookup_num_tokens=4), dict(draft_model=model)):  # refused by name, not ignored
+        with pytest.raises(GenerateError, match="generate_batch does not speculate: the Engine does"):
+            generate_batch(model, tok, ["a", "b"], max_new_tokens=3, **spec)
 
 
 def test_prefix_cache_skips_the_shared_prefill(tiny_dir):

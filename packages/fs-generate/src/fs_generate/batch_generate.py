@@ -27,6 +27,12 @@ def generate_batch(
     if isinstance(prompts, str) or not prompts:
         raise GenerateError("generate_batch needs a non-empty list of prompts")
     kw = keywords.resolve("generate_batch", kw)
+    if kw.get("draft_model") is not None or kw.get("prompt_lookup_num_tokens"):
+        raise GenerateError(
+            "generate_batch does not speculate: the Engine does, inside its batches, with the same outputs as "
+            "generate (Engine(model, tokenizer, draft_model=..., num_draft_tokens=k), or Engine.submit(..., "
+            "prompt_lookup_num_tokens=k)); or call generate per prompt"
+        )
     gens = [Generator(model, tokenizer, p, **kw) for p in prompts]
     if any(not g.use_cache or g.prefix_cache is not None for g in gens):
         raise GenerateError("generate_batch always uses the KV cache and no prefix cache")
