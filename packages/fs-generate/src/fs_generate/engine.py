@@ -25,14 +25,12 @@ import dataclasses
 import logging
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from concurrent.futures import Future
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 
 from fs_kvcache import BlockPrefixCache, PagedBatch, identity_string
 
-from .embedding import embed as embed_rows
 from .engine_drafts import EngineDrafts
 from .engine_loop import EngineLoop
 from .errors import ConstraintError, GenerateError
@@ -40,11 +38,8 @@ from .generate import Generator
 from .kv_budget import block_pool
 from .request import FINISHED, Request, RequestHandle
 from .scheduler import Scheduler
-from .scoring import Scored, check_rows
-from .scoring import score as score_rows
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 
 
 class Engine(EngineLoop):
@@ -155,18 +150,6 @@ class Engine(EngineLoop):
             self._incoming.append(req)
         self._wake.set()
         return req.handle
-
-    def score(self, rows: Sequence[Sequence[int]], top_logprobs: int = 0) -> "Future[list[Scored]]":
-        """``scoring.score`` on this engine's model, run by the engine's own thread between two steps (the model
-        is never entered from two threads, and an MLX model stays on its thread). Rows are checked here."""
-        ids: list[list[int]] = [list(r) for r in rows]
-        check_rows(self.model, ids, top_logprobs)  # a bad row raises here, in the caller's thread
-        return self.between_steps(lambda: score_rows(self.model, ids, top_logprobs))
-
-    def embed(self, rows: Sequence[Sequence[int]], dimensions: int | None = None) -> "Future[np.ndarray]":
-        """``embedding.embed`` on this engine's model, between two steps as ``score`` is."""
-        ids: list[list[int]] = [list(r) for r in rows]
-        return self.between_steps(lambda: embed_rows(self.model, ids, dimensions))
 
     def _request(self, rid: int, gen: Generator) -> Request:
         handle = RequestHandle(self.step, self.running_in_background, lambda: self._cancel(req))

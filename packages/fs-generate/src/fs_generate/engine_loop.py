@@ -9,17 +9,25 @@ from two threads, and an MLX model stays on its thread).
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from typing import TypeVar
+from typing import Any, TypeVar
+
+import numpy as np
+
+from .embedding import embed as embed_rows
+from .scoring import Scored, check_rows
+from .scoring import score as score_rows
 
 log = logging.getLogger("fs_generate.engine")
 T = TypeVar("T")
 
 
 class EngineLoop:
-    """The base of ``Engine``: it provides ``step`` (one scheduler iteration, under ``_step_lock``, taking the work
-    queued in ``_calls``) and ``_fail_all``."""
+    """The base of ``Engine``: it provides ``model``, ``step`` (one scheduler iteration, under ``_step_lock``, taking
+    the work queued in ``_calls``) and ``_fail_all``."""
+
+    model: Any
 
     def __init__(self) -> None:
         self._lock = threading.Lock()  # guards what other threads queue: requests, cancels, _calls
@@ -91,3 +99,15 @@ class EngineLoop:
         if self._thread is not None:
             self._thread.join()
         self._thread = None
+
+    def score(self, rows: Sequence[Sequence[int]], top_logprobs: int = 0) -> "Future[list[Scored]]":
+        """``scoring.score`` on this engine's model, run by the engine's own thread between two steps (the model
+        is never entered from two threads, and an MLX model stays on its thread). Rows are checked here."""
+        ids: list[list[int]] = [list(r) for r in rows]
+        check_rows(self.model, ids, top_logprobs)  # a bad row raises here, in the caller's thread
+        return self.between_steps(lambda: score_rows(self.model, ids, top_logprobs))
+
+    def embed(self, rows: Sequence[Sequence[int]], dimensions: int | None = None) -> "Future[np.ndarray]":
+        """``embedding.embed`` on this engine's model, between two steps as ``score`` is."""
+        ids: list[list[int]] = [list(r) for r in rows]
+        return self.between_steps(lambda: embed_rows(self.model, ids, dimensions))

@@ -27,31 +27,10 @@ from .reused_prefix import KVPrefix
 from .sampling import SamplingParams, choose, logprob, penalized, top_logprobs
 from .step import PREFILL_CHUNK, generate_step
 from .stopping import StopStrings, resolve_eos
+from .token_text import prompt_ids, text_decoder
 from .user_hooks import UserHooks
 
 ROTATING_KEEP = 4  # positions a rotating cache never drops (mlx-lm's: the attention sinks at the start)
-
-
-def prompt_ids(model: CausalLM, tokenizer: Any, prompt: str | Sequence[int]) -> list[int]:
-    if isinstance(prompt, str):
-        ids = list(tokenizer.encode(prompt))
-    elif isinstance(prompt, Iterable):
-        ids = list(prompt)
-        if not all(type(i) is int or isinstance(i, np.integer) for i in ids):
-            raise GenerateError("a token-id prompt must contain only ints")
-        ids = [int(i) for i in ids]
-        V = model.vocab_size
-        bad = [(pos, i) for pos, i in enumerate(ids) if not 0 <= i < V]
-        if bad:
-            raise GenerateError(f"prompt token id {bad[0][1]} at position {bad[0][0]} is out of range [0, {V})")
-    else:
-        raise GenerateError(f"prompt must be str or a list of token ids, got {type(prompt).__name__}")
-    if not ids:
-        raise GenerateError(
-            "empty prompt: a decoder-only model needs at least one token to condition on "
-            "(Qwen3 has no BOS; pass [<|endoftext|>] explicitly if that is what you want)"
-        )
-    return ids
 
 
 class Generator:
@@ -143,7 +122,7 @@ class Generator:
         self.rng = np.random.default_rng(seed)
         self.result = Generation([], "", "length", prompt_ids=list(self.prompt))
         self.seq = list(self.prompt)
-        self.decoder = _decoder(tokenizer)
+        self.decoder = text_decoder(tokenizer)
         self.done = False
         self.reused = 0  # prompt tokens whose prefill a prefix cache saved
         self.caches: list[Any] | None = None  # the per-layer caches while and after ``steps()`` runs
@@ -312,12 +291,3 @@ def generate(model: CausalLM, tokenizer: Any, prompt: str | Sequence[int], **kw:
     for _ in g.steps():
         pass
     return g.result
-
-
-def _decoder(tokenizer: Any) -> Any:
-    if tokenizer is None:
-        return None
-    try:  # fs_tokenizer: a model may emit ids past the tokenizer's vocabulary (padding rows) -> U+FFFD
-        return tokenizer.stream_decoder(unknown="replace")
-    except TypeError:
-        return tokenizer.stream_decoder()
