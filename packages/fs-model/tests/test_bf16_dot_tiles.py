@@ -100,3 +100,4 @@ def test_a_moe_router_keeps_float32_activations(bf16d, tmp_path):
     mlp = load_model(d, dtype="bfloat16").blocks[0].mlp
     assert mlp.router.tiles.kind == "bf16w"
     assert mlp.experts[0].gate.tiles.kind == "bf16d"
+    assert not Bf16Linear(mlp.router.w, bf16_activations=False).gemm  # nor the bf16 GEMM (FS_BATCH_INVARIANT=0)

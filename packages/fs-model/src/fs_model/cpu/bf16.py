@@ -81,7 +81,7 @@ class Bf16Linear(Linear):
         self.invariant = SWITCHES.batch_invariant
         self.tiled = tiles.applies("bf16", w.shape[1]) and w.strides[1] == 2
         self.tiles = tiles.Tiled(tiles.widest("bf16", w.shape[1], 0, bf16_activations), w) if self.tiled else None
-        self.gemm = bf16_gemm.applies(w) and not self.invariant
+        self.gemm = bf16_gemm.applies(w) and not self.invariant and bf16_activations
 
     def matmul(self, rows: np.ndarray) -> np.ndarray:
         if not HAVE_NUMBA:
