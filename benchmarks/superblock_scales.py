@@ -3,7 +3,7 @@
     uv run nox -s bench -- superblock_scales
 
 Both give every output element the same bits (fs_model/cpu/superblock_scales.py), so which one a call takes is
-a speed question only; this measures where each wins, which is what ``tiles.RECORD_ROWS`` is set from. Matrices:
+a speed question only; this measures where each wins, which is what ``tile_calls.RECORD_ROWS`` is set from. Matrices:
 a 3072×1024 Q4_K (gate/up, on the 4-bit integer tile) and Q6_K (on the 8-bit tile, groups of 16) that stay in
 cache when called again and again, and a 37,984×1024 Q6_K slice of a Qwen3 lm_head (39 MB) read from memory on
 every call. Random block bytes with finite float16 factors (the values do not change the time); best of 7
@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 
-from fs_model.cpu import tiles
+from fs_model.cpu import tile_calls, tiles
 from fs_model.cpu.affine import AffineLinear, from_mlx
 from fs_weights.gguf_blocks import BLOCK_BYTES, FORMATS, SUPERBLOCKS, affine_part, superblock_records
 
@@ -45,7 +45,7 @@ def best(f, x: np.ndarray, times: list[float]) -> None:
 
 
 def main() -> None:
-    tiles.RECORD_ROWS = 1 << 30  # every call through the records' tiles, to time them at every M
+    tile_calls.RECORD_ROWS = 1 << 30  # every call through the records' tiles, to time them at every M
     print("| matrix | M | records ms | float32 scales ms | records speed-up |")
     print("|---|---|---|---|---|")
     for kind, n, where in CASES:

@@ -213,6 +213,34 @@ def test_k_quant_files_keep_the_equality_contracts(files):
     assert np.array_equal(batch[1].view(np.uint32), alone.view(np.uint32))
 
 
+@pytest.mark.kernels
+def test_k_quant_layers_of_mixed_types_run_compiled_with_the_same_bits(files):
+    """A K-quant file mixes types within a layer (here q and k of one type, v of another; Q4_K_M files keep v in
+    Q6_K): each block's two compiled halves (fs_model/cpu/compiled_block.py) call each matrix on its own tiles and give the
+    bits of the block run call by call from Python - a prefill and the decode steps after it, one record-reading
+    tile for one-row calls and another for the prefill."""
+    from fs_model.cpu import tiles
+
+    if not tiles.applies("bf16", 256):
+        pytest.skip("this CPU has no AVX2 + FMA: no tiles, so the blocks keep the Python path")
+    gguf_file, _ = files
+    model = load_model(gguf_file)
+    plans = [b.plan for b in model.blocks]
+    assert all(p is not None for p in plans)  # every block compiled
+    assert {len(p.qkv) for p in plans} == {1, 3}  # q | k | v in one call where they tile alike, else one by one
+    ids = [3, 141, 59, 265, 358, 97]
+
+    def run(compiled):
+        for b, p in zip(model.blocks, plans, strict=True):
+            b.plan = p if compiled else None
+        cache = model.make_cache()
+        first = [np.asarray(model(model.tokens_array([ids[:3]]), 0, cache))]
+        return first + [np.asarray(model(model.tokens_array([[t]]), 3 + i, cache)) for i, t in enumerate(ids[3:])]
+
+    for got, want in zip(run(True), run(False), strict=True):
+        assert np.isfinite(want).all() and np.array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
 def test_damaged_k_quant_files_are_one_named_error(files, tmp_path):
     """A row that is not whole super-blocks, and a file cut inside a K-quant tensor: refused by name and offset,
     never a wrong array or a crash."""

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from fs_model import cpu
-from fs_model.cpu import packed_codes, tiles
+from fs_model.cpu import packed_codes, tile_calls, tiles
 from fs_model.cpu.affine import AffineLinear
 from model_helpers import int8_activation_contract, rel_err
 from test_superblock_scales import kquant, replace_records
@@ -74,7 +74,7 @@ def test_a_row_gets_the_same_bits_in_every_panel_from_records_or_scales(tiled, k
     """13 rows = panels of 4, 4, 4 and one; 6 = 4 + 2; one row alone: the same bits. The tile reading the records
     (every call, here) gives the bits of the one reading the float32 scales and biases, also at the edges (zero,
     subnormal and the largest float16 factors, sub-scales at their extremes)."""
-    monkeypatch.setattr(tiles, "RECORD_ROWS", 64)
+    monkeypatch.setattr(tile_calls, "RECORD_ROWS", 64)
     _, wp = packed(int(kind[1]), 45, 512, edges=edges)
     x = np.random.default_rng(2).standard_normal((13, 512), dtype=np.float32)
     records, scales = tiles.Tiled(compiled(kind), wp), tiles.Tiled(kind, replace(wp, records=None))

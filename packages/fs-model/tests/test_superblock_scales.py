@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from fs_model import cpu
-from fs_model.cpu import tiles
+from fs_model.cpu import tile_calls, tiles
 from fs_model.cpu.affine import AffineLinear, from_mlx
 from fs_weights.gguf_blocks import BLOCK_BYTES, FORMATS, SUPERBLOCKS, affine_part, superblock_records
 
@@ -46,8 +46,8 @@ def tiled(reference):
 
 @pytest.fixture
 def every_call(monkeypatch):
-    """Calls of any number of rows take the records' tiles (by default only one-row calls do: tiles.RECORD_ROWS)."""
-    monkeypatch.setattr(tiles, "RECORD_ROWS", 64)
+    """Calls of any number of rows take the records' tiles (by default one-row calls: tile_calls.RECORD_ROWS)."""
+    monkeypatch.setattr(tile_calls, "RECORD_ROWS", 64)
 
 
 def both(kind, w, records, x):
@@ -123,7 +123,7 @@ def test_a_tile_group_of_k_quant_matrices_reads_each_ones_records(tiled, every_c
     k = 1024
     layers = [AffineLinear(replace_records(*kquant("Q4_K", n, k, seed=s))) for s, n in enumerate((64, 48, 80))]
     group = TileGroup.of(layers)
-    assert group is not None and group.single is not None and all(la.tiles.layout == "k4" for la in layers)
+    assert group is not None and group.call.records is not None and all(la.tiles.layout == "k4" for la in layers)
     x = np.random.default_rng(3).standard_normal((5, k), dtype=np.float32)
     for m in (1, 5):
         for got, la in zip(group(x[:m]), layers, strict=True):

@@ -42,7 +42,7 @@ if HAVE_NUMBA:
     @njit(parallel=True, cache=True)
     def _drive_groups(fns, NRs, PW, sw, PS, PB, sg, groups, X, A, out, n, G, P):  # pragma: no cover - compiled
         """Work items are (group, BLOCK weight rows): a group's input rows against its expert's rows lo..hi,
-        written at its output rows (``panels``, as ``tile_loops._drive`` runs one matrix)."""
+        written at its output rows (``panels``, as ``tile_calls._walk`` runs a matrix's blocks)."""
         px, sx, pa, sa = X.ctypes.data, X.strides[0], A.ctypes.data, A.strides[0]
         po, so = out.ctypes.data, out.strides[0]
         blocks = (n + BLOCK - 1) // BLOCK

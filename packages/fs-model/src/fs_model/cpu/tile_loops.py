@@ -4,8 +4,8 @@ weight rows and which panel of input rows, every tile called through its raw add
 Why their own module: they are the same for every tile kind and every caller (one matrix, ``Tiled``; several,
 tile_groups.py; grouped experts, experts.py), and only the tile functions they are handed differ.
 
-    _drive(fns, NRs, pw, sw, ps, pb, sg, X, A, out, n, G, P)    # out[m, n] = the tiles over X [m, k], in parallel
-    panel_set(fns, NRs, m) -> (fns, NRs)                       # the tiles a call of m rows walks
+    panels(fns, NRs, lo, hi, m, ...)      # input rows 0..m-1 against weight rows lo..hi (a work item; tile_calls.py)
+    panel_set(fns, NRs, m) -> (fns, NRs)  # the tiles a call of m rows walks
 """
 
 import numpy as np
@@ -16,7 +16,7 @@ BLOCK = 16  # weight rows per parallel work item (a thread's share is whole bloc
 
 
 if HAVE_NUMBA:
-    from numba import njit, prange
+    from numba import njit
 
     from .llvm_ir import call_address as _call  # the tile at an address, the 13 int64 arguments of the ABI
 
@@ -57,17 +57,6 @@ if HAVE_NUMBA:
             r += 2
         if r < m:
             _panel(t1, e1, N1, lo, hi, pw, sw, ps, pb, sg, px + r * sx, sx, pa + r * sa, sa, po + r * so, so, G, P)
-
-    @njit(parallel=True, cache=True)
-    def _drive(fns, NRs, pw, sw, ps, pb, sg, X, A, out, n, G, P):  # pragma: no cover
-        """Every BLOCK weight rows are one work item, all of X's rows against them (``panels``). X: the input rows
-        (float32, or int8 for the integer kinds); A: per-row side data (``Tiled`` says which), else a placeholder."""
-        m, px, sx = X.shape[0], X.ctypes.data, X.strides[0]
-        pa, sa = A.ctypes.data, A.strides[0]
-        po, so = out.ctypes.data, out.strides[0]
-        for blk in prange((n + BLOCK - 1) // BLOCK):
-            lo, hi = blk * BLOCK, min(n, blk * BLOCK + BLOCK)
-            panels(fns, NRs, lo, hi, m, pw, sw, ps, pb, sg, px, sx, pa, sa, po, so, G, P)
 
 
 def panel_set(fns: tuple[int, ...], NRs: tuple[int, ...], m: int) -> tuple[tuple[int, ...], tuple[int, ...]]:

@@ -40,14 +40,14 @@ from . import (
     float_tiles,
     integer_tiles,
     packed_codes,
+    tile_calls,
     tile_loops,
     vnni_superblock,
 )
 from .fused import to_bf16
 from .integer_tiles import quantize_rows
 from .llvm_ir import ADDRESSES, compile_ir
-from .threads import bucket, fan_out
-from .tile_loops import panel_set
+from .threads import bucket
 
 # Tile shapes per format: (NR weight rows, MR input rows) for panels of 4, 2 and 1 input rows (a call's rows are
 # covered by 4-row panels, then a 2-row and a 1-row one: decode batches of 1 and 2 are common), and last the tile a
@@ -97,12 +97,9 @@ ABI = ", ".join(
 
 _SIG = ctypes.CFUNCTYPE(None, *[ADDRESSES] * 13)
 _compiled: dict[tuple[str, int, str | None], tuple[int, ...] | None] = {}
-# the kinds that can read a K-quant's super-block records instead of float32 scales and biases (superblock_scales.py),
-# and the calls that do: one row. Computing each scale costs arithmetic that only pays where the step is bound by
-# memory (a 38k x 1024 Q6_K matrix from memory: 1 row 1.41x faster, 2 rows even, 4+ 0.91-0.94x; in cache 0.65-0.90x;
-# docs/performance.md)
+# the kinds that can read a K-quant's super-block records instead of float32 scales and biases (superblock_scales.py);
+# the calls that do: tile_calls.RECORD_ROWS
 RECORD_KINDS = ("q4i", "q8", "q4", "q8w", "q4w", "q4iw", *packed_codes.KINDS)
-RECORD_ROWS = 1
 
 
 def tile_key(kind: str, G: int) -> str:
@@ -211,7 +208,7 @@ class Tiled:
     ``kind`` "bf16": ``w`` is uint16 bf16 bits [n, k]; "q8", "q4", "q4i" (4-bit, int8 activations): an AffineWeight.
     An AffineWeight with super-block ``records`` (a GGUF K-quant) also gets the tiles that read them where the kind
     can (``RECORD_KINDS``; ``FS_SUPERBLOCK_SCALES=0`` turns them off): the same bits from fewer bytes, taken by calls
-    of at most ``RECORD_ROWS`` rows (``single``). Call ``applies`` first."""
+    of at most ``tile_calls.RECORD_ROWS`` rows (``single``). Call ``applies`` first."""
 
     def __init__(self, kind: str, w: Any):
         self.kind, self.w = kind, w  # w keeps the arrays whose addresses are taken below alive
@@ -242,6 +239,23 @@ class Tiled:
         self.weights = (codes.ctypes.data, codes.strides[0], ps, pb, sg)
         self.counts = (outer, inner)
         self.keys = {m: ("tiles", kind, codes.shape, bucket(m)) for m in range(1, 9)}
+        self.prep = (
+            tile_calls.BF16 if kind == "bf16d"
+            else tile_calls.ARRANGED if self.family == "q4iw32"
+            else tile_calls.INT8 if kind in INTEGER
+            else tile_calls.SUMS if kind in ("q8", "q4", "q8w", "q4w")
+            else tile_calls.NONE
+        )  # fmt: skip
+        self.call = self.calls([self])
+
+    def calls(self, parts: "list[Tiled]") -> "tile_calls.TileCall":
+        """The compiled call of ``parts`` (matrices on this kind, this one among them) reading the same rows."""
+        records = [p.single for p in parts if p.single is not None]
+        single = None
+        if len(records) == len(parts) and all(fns == records[0][0] for fns, _ in records):
+            single = records[0][0], self.NRs, np.array([weights for _, weights in records])
+        tiled = self.fns, self.NRs, np.array([p.weights for p in parts])
+        return tile_calls.TileCall(self.prep, self.G, tiled, single, [p.n for p in parts], self.counts)
 
     def prepare(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(the rows as the tiles read them, their side data): each row's own, whatever else is in X."""
@@ -259,20 +273,15 @@ class Tiled:
         return X, NO_SIDE
 
     def chosen(self, m: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
-        """(tile functions, weight addresses) for a call of ``m`` rows: the records' where they pay (``RECORD_ROWS``),
-        else the float32 scales'. Either gives every element the same bits, so the choice cannot move a result."""
-        return self.single if self.single is not None and m <= RECORD_ROWS else (self.fns, self.weights)
+        """(tile functions, weight addresses) for a call of ``m`` rows: the records' where they pay
+        (``tile_calls.RECORD_ROWS``), else the float32 scales'. Either gives every element the same bits."""
+        return self.single if self.single is not None and m <= tile_calls.RECORD_ROWS else (self.fns, self.weights)
 
     def __call__(self, X: np.ndarray) -> np.ndarray:
         if X.dtype != np.float32 or not X.flags.c_contiguous:
             X = np.ascontiguousarray(X, dtype=np.float32)
         m = X.shape[0]
-        X, side = self.prepare(X)
-        out = np.empty((m, self.n), np.float32)
-        key = self.keys.get(m) or ("tiles", self.kind, (self.n, self.k), bucket(m))
-        fns, weights = self.chosen(m)
-        fan_out(key, tile_loops._drive, *panel_set(fns, self.NRs, m), *weights, X, side, out, self.n, *self.counts)
-        return out
+        return self.call(self.keys.get(m) or ("tiles", self.kind, (self.n, self.k), bucket(m)), X)
 
 
 def matmul(kind: str, w: Any, X: np.ndarray) -> np.ndarray:

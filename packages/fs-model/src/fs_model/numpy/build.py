@@ -23,11 +23,11 @@ from ..cpu import HAVE_NUMBA, compile_notice, packed_codes
 from ..cpu.affine import AffineLinear, AffineWeight, from_mlx, quantize_affine
 from ..cpu.bf16 import Bf16Linear
 from ..cpu.blas import SMALL, one_blas_thread
+from ..cpu.compiled_block import CompiledBlock
 from ..cpu.decode_step import (
     FusedAttention,
     FusedBlock,
     InvariantAttention,
-    InvariantBlock,
     fused_decode_applies,
     invariant_applies,
 )
@@ -95,7 +95,7 @@ def from_checkpoint(
         path,
         kv_dtype=kv_dtype,
         attention=InvariantAttention if invariant else FusedAttention if fused else Attention,
-        block=InvariantBlock if invariant else FusedBlock if fused else Block,
+        block=CompiledBlock if invariant else FusedBlock if fused else Block,
         moe=GroupedMoE if invariant else SparseMoE,
         context=context,
     )

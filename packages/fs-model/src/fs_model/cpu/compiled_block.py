@@ -1,0 +1,216 @@
+"""A decoder block's step in two compiled calls around the cache write: every step of a kept-weight model over a
+dense cache (generate, fs-chat, prompt-cache files) or the engine's block pool, decode and prefill, with batch
+invariance on (the default).
+
+Why: ``InvariantBlock`` runs a layer as ~20 Python calls (norms, the q/k/v, o, gate/up and down products, the
+per-head norm and RoPE, attention, SiLU, the residual adds), each a few microseconds of dispatch for a few
+kilobytes of work. In a 0.6B Q4_K_M decode step (Zen 4, 2026-12-06) that glue was 5.5 of 21 ms where llama.cpp's
+whole step takes 15.8. Here a layer is two numba calls and the cache's own write between them:
+
+    attention_in    x [m, H] -> RMSNorm -> q | k | v (one call or three) -> per-head RMSNorm + RoPE
+                    -> q [m, nh, D], and k, v [B, nkv, S, D] in the cache's dtype (bf16 bits or float32)
+    (Python)        the cache writes k, v (fs_kvcache decides where); K, V: its buffers or its block pool
+    attention_out   attention over K, V -> o -> + x -> RMSNorm -> gate | up -> silu(g)·u -> down -> + -> x' [m, H]
+
+The contract is ``InvariantBlock``'s bits: the same compiled kernels (tile_calls._run, fused._rms_rows /
+_norm_rope / _silu_mul, attention._attend) on the same values in the same order, only without Python between
+them; tests/test_compiled_block.py compares every logit against it on every kept format, and the engine's pool.
+Where a step needs anything else - a quantized cache, a rotating cache's chunk, matrices off the tiles, a MoE
+layer - the block takes InvariantBlock's path, so which path ran never shows in a result.
+"""
+
+from typing import Any
+
+import numpy as np
+
+from fs_kvcache import PagedLayer
+
+from ..numpy.linear import timed
+from . import HAVE_NUMBA
+from .attention_calls import kernels
+from .decode_step import FusedMLP, InvariantAttention, InvariantBlock
+from .threads import bucket, fan_out
+from .tile_calls import TileCall
+
+if HAVE_NUMBA:
+    from numba import njit, types
+    from numba.extending import overload
+
+    from .attention import _attend
+    from .fused import _norm_rope, _rms_rows, _silu_mul, _to_bf16
+    from .tile_calls import _run
+
+    def _put_kv(x, out):  # type: ignore[no-untyped-def]  # pragma: no cover - replaced by the overload below
+        raise NotImplementedError
+
+    @overload(_put_kv)
+    def _put_kv_overload(x, out):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
+        """x [m, nkv, D] float32 (rows b·S + s) -> out [B, nkv, S, D]: bf16 bits (fused.to_bf16's rounding) or
+        float32, as the cache stores them."""
+        if out.dtype == types.uint16:
+
+            def bf16(x, out):  # type: ignore[no-untyped-def]
+                B, nkv, S, D = out.shape
+                bits = np.empty(x.size, np.uint16)
+                _to_bf16(np.ascontiguousarray(x).reshape(-1).view(np.uint32), bits)
+                for r in range(B * S):
+                    for h in range(nkv):
+                        out[r // S, h, r % S, :] = bits[(r * nkv + h) * D : (r * nkv + h + 1) * D]
+
+            return bf16
+
+        def f32(x, out):  # type: ignore[no-untyped-def]
+            B, nkv, S = out.shape[:3]
+            for r in range(B * S):
+                for h in range(nkv):
+                    out[r // S, h, r % S, :] = x[r, h, :]
+
+        return f32
+
+    @njit(cache=True)
+    def _attention_in(x, ln, eps, calls, grouped, n, qn, kn, cos, sin, k_out, v_out):  # pragma: no cover
+        """The block's first half (the module docstring); n = (q columns, k columns, head size)."""
+        m = x.shape[0]
+        nq, nk, D = n
+        h = np.empty_like(x)
+        _rms_rows(x, ln, eps, h)
+        qkv = np.empty((m, nq + 2 * nk), np.float32)
+        if grouped:  # one call: q, k and v tile alike (tile_groups.py)
+            _run(*calls[0], h, qkv)  # type: ignore[call-arg]
+        else:
+            _run(*calls[0], h, qkv[:, :nq])  # type: ignore[call-arg]
+            _run(*calls[1], h, qkv[:, nq : nq + nk])  # type: ignore[call-arg]
+            _run(*calls[2], h, qkv[:, nq + nk :])  # type: ignore[call-arg]
+        q = np.empty((m, nq // D, D), np.float32)
+        _norm_rope(np.ascontiguousarray(qkv[:, :nq]).reshape(m, nq // D, D), qn, eps, cos, sin, q)
+        k = np.empty((m, nk // D, D), np.float32)
+        _norm_rope(np.ascontiguousarray(qkv[:, nq : nq + nk]).reshape(m, nk // D, D), kn, eps, cos, sin, k)
+        _put_kv(k, k_out)
+        _put_kv(np.ascontiguousarray(qkv[:, nq + nk :]).reshape(m, nk // D, D), v_out)
+        return q
+
+    @njit(cache=True)
+    def _attention_out(
+        x, q, K, V, rows, tables, bs, starts, context, pads, scale, fns, wo, ln, eps, mlp, grouped, I, down
+    ):  # pragma: no cover
+        """The block's second half (the module docstring): x [m, H] the residual stream, q [m, nh, D]; where each
+        sequence's keys are as ``attention._attend_impl`` takes them; I the MLP's width."""
+        m, H = x.shape
+        att = np.empty_like(q)
+        _attend(q, K, V, rows, tables, bs, starts, context, pads, scale, fns, att)  # type: ignore[call-arg]
+        o = np.empty((m, H), np.float32)
+        _run(*wo, att.reshape(m, q.shape[1] * q.shape[2]), o)  # type: ignore[call-arg]
+        h = x + o
+        hn = np.empty_like(h)
+        _rms_rows(h, ln, eps, hn)
+        gu = np.empty((m, 2 * I), np.float32)
+        if grouped:
+            _run(*mlp[0], hn, gu)  # type: ignore[call-arg]
+        else:
+            _run(*mlp[0], hn, gu[:, :I])  # type: ignore[call-arg]
+            _run(*mlp[1], hn, gu[:, I:])  # type: ignore[call-arg]
+        a = np.empty((m, I), np.float32)
+        _silu_mul(gu[:, :I], gu[:, I:], a)
+        d = np.empty((m, H), np.float32)
+        _run(*down, a, d)  # type: ignore[call-arg]
+        return h + d
+
+
+def _call_of(layer: Any) -> TileCall | None:
+    """The compiled call a linear layer runs every input on (its tiles, with batch invariance on), else None."""
+    tiles = getattr(layer, "tiles", None)
+    return tiles.call if tiles is not None and getattr(layer, "invariant", False) else None
+
+
+class _Plan:
+    """What a block's two compiled halves need that does not change between steps."""
+
+    def __init__(self, attn: InvariantAttention, mlp: FusedMLP):
+        self.qkv = [attn.qkv.call] if attn.qkv is not None else [_call_of(w) for w in (attn.wq, attn.wk, attn.wv)]
+        self.wo = _call_of(attn.wo)
+        self.mlp = [mlp.gate_up.call] if mlp.gate_up is not None else [_call_of(mlp.gate), _call_of(mlp.up)]
+        self.down = _call_of(mlp.down)
+        self.I = mlp.down.shape[1]
+        self.ok = all(c is not None for c in [*self.qkv, self.wo, *self.mlp, self.down])
+        self.n = (attn.nh * attn.D, attn.nkv * attn.D, attn.D)
+        self.fns = kernels(attn.D)
+
+    def args(self, calls: list[Any], m: int) -> tuple[tuple[Any, ...], ...]:
+        """Every call's arguments for m rows, padded to three with the first (a group's call is the only one run)."""
+        got = tuple(c.args(m) for c in calls)
+        return got + (got[0],) * (3 - len(got))
+
+
+_rows_memo: list[Any] = [None, None]  # (the last step's RoPE tables, their rows): every layer of a step shares them
+
+
+def _rope_rows(tables: tuple[np.ndarray, np.ndarray], B: int, S: int) -> tuple[np.ndarray, np.ndarray]:
+    """cos / sin for each of the B·S rows [B·S, D/2], as fused.norm_rope broadcasts them."""
+    if _rows_memo[0] is tables and _rows_memo[1][0].shape[0] == B * S:
+        return _rows_memo[1]  # type: ignore[no-any-return]
+    cos, sin = tables
+    half = cos.shape[-1]
+    rows = cos.shape[0] if cos.ndim == 4 else 1
+    got = tuple(np.ascontiguousarray(np.broadcast_to(t.reshape(rows, S, half), (B, S, half)).reshape(B * S, half))
+                for t in (cos, sin))  # fmt: skip
+    _rows_memo[:] = [tables, got]
+    return got  # type: ignore[return-value]
+
+
+class CompiledBlock(InvariantBlock):
+    """``InvariantBlock`` with its dense-cache and engine steps in two compiled calls (the module docstring)."""
+
+    def __init__(self, w: dict[str, Any], attention: Any, eps: float, mlp: Any = None):
+        super().__init__(w, attention, eps, mlp)
+        attn, mlp = self.attn, self.mlp
+        plan = (
+            _Plan(attn, mlp)
+            if HAVE_NUMBA and isinstance(attn, InvariantAttention) and isinstance(mlp, FusedMLP)
+            else None
+        )
+        self.plan = plan if plan is not None and plan.ok else None
+
+    def __call__(self, x: np.ndarray, tables: Any, cache: Any = None, pad: np.ndarray | None = None) -> np.ndarray:
+        p = self.plan
+        dense = cache is None or (hasattr(cache, "update_and_fetch_buffers") and not getattr(cache, "bits", 0))
+        covered = dense or isinstance(cache, PagedLayer)
+        if p is None or not covered or (x.shape[1] > 1 and hasattr(cache, "chunk_mask")):
+            return super().__call__(x, tables, cache, pad)
+        return timed(self._compiled, x, tables, cache, pad)
+
+    def _compiled(self, x: np.ndarray, tables: Any, cache: Any, pad: np.ndarray | None) -> np.ndarray:
+        p, a = self.plan, self.attn
+        assert p is not None and p.wo is not None and p.down is not None
+        B, S, H = x.shape
+        m = B * S
+        rows = np.ascontiguousarray(x.reshape(m, H), dtype=np.float32)
+        cos, sin = _rope_rows(tables, B, S)
+        dtype = np.uint16 if a.kv_bf16 else np.float32
+        k, v = np.empty((B, a.nkv, S, a.D), dtype), np.empty((B, a.nkv, S, a.D), dtype)
+        eps = np.float32(self.eps)
+        q = fan_out(("block-in", p.n, bucket(m)), _attention_in, rows, self.norm1, eps, p.args(p.qkv, m),
+                    len(p.qkv) == 1, p.n, a.q_norm, a.k_norm, cos, sin, k, v)  # fmt: skip
+        K, V, seqs = self._kv(k, v, cache, pad)
+        mlp = self.norm2, eps, p.args(p.mlp, m), len(p.mlp) == 1, p.I, p.down.args(m)
+        out = fan_out(("block-out", p.n, bucket(m), bucket(int(seqs[4].max()))), _attention_out, rows, q, K, V,
+                      *seqs, a.scale, p.fns, p.wo.args(m), *mlp)  # fmt: skip
+        return out.reshape(B, S, H)  # type: ignore[no-any-return]
+
+    def _kv(self, k: np.ndarray, v: np.ndarray, cache: Any, pad: np.ndarray | None) -> tuple[Any, Any, tuple[Any, ...]]:
+        """The new K/V [B, nkv, S, D] into the cache; (K, V as the attention reads them, where each sequence's
+        keys are: rows, block tables, block size, query starts, context lengths, left padding - attention.py's
+        ``_attend_impl`` names them)."""
+        i64 = np.int64
+        if isinstance(cache, PagedLayer):  # the engine's block pool: B = 1, the N tokens of every sequence in a row
+            st, bt = cache.store, cache.batch
+            st.write(cache.layer, bt.slots, k[0], v[0])
+            n = len(bt.context)
+            K, V = np.ascontiguousarray(st.k[cache.layer][None]), np.ascontiguousarray(st.v[cache.layer][None])
+            at = np.asarray(bt.starts, i64), np.asarray(bt.context, i64)
+            return K, V, (np.zeros(n, i64), np.asarray(bt.tables, i64), i64(st.block_size), *at, np.zeros(n, i64))
+        B, _, S, _ = k.shape
+        K, V, T = (k, v, S) if cache is None else cache.update_and_fetch_buffers(k, v)
+        K, V = np.ascontiguousarray(K), np.ascontiguousarray(V)  # a dense cache: one block per row
+        pads = np.zeros(B, i64) if pad is None else np.asarray(pad, i64).reshape(B)
+        seqs = np.arange(B), np.zeros((B, 1), i64), i64(K.shape[2]), np.arange(0, B * S + 1, S), np.full(B, T), pads
+        return K, V, seqs
