@@ -216,9 +216,9 @@ def test_k_quant_files_keep_the_equality_contracts(files):
 @pytest.mark.kernels
 def test_k_quant_layers_of_mixed_types_run_compiled_with_the_same_bits(files):
     """A K-quant file mixes types within a layer (here q and k of one type, v of another; Q4_K_M files keep v in
-    Q6_K): each block's two compiled halves (fs_model/cpu/compiled_block.py) call each matrix on its own tiles and give the
-    bits of the block run call by call from Python - a prefill and the decode steps after it, one record-reading
-    tile for one-row calls and another for the prefill."""
+    Q6_K): each block's two compiled halves (fs_model/cpu/compiled_block.py) call each matrix on its own tiles and
+    give the bits of the block run call by call from Python - a prefill and the decode steps after it, one
+    record-reading tile for one-row calls and another for the prefill."""
     from fs_model.cpu import tiles
 
     if not tiles.applies("bf16", 256):

@@ -32,7 +32,11 @@ if HAVE_NUMBA:
 
     from .attention_calls import _bf16, _scores_tile, _weighted_tile, _weights
 
-    @njit(fastmath=True, cache=True)
+    # No fastmath in this module: attention is also compiled as a callee of compiled_block.py's halves, and a
+    # fast-math sum, max or multiply-add may be vectorized or contracted differently there than in a direct call
+    # (a bf16 cache's kernel compiled one way and a float32 one the other differed in the last bit). Strict float32
+    # arithmetic gives every caller, and every process reading the other's on-disk cache, the same bits.
+    @njit(cache=True)
     def _dequantize(codes, scales, biases, r, g, at, n, dst, t):  # pragma: no cover - compiled
         """Positions at .. at+n-1 of head g of a quantized cache row r into dst[t .. t+n-1] as float32:
         ``scale * code + bias`` per group. ``codes`` is the uint32 codes' byte view (``_contiguous``): on a
@@ -110,7 +114,42 @@ if HAVE_NUMBA:
             return lambda K: K[0].shape[1]
         return lambda K: K.shape[1]
 
-    @njit(fastmath=True, cache=True)
+    @njit(cache=True)
+    def _lanes_max(x, lo, hi, acc):  # pragma: no cover - compiled
+        """max(x[lo:hi]) over 16 lanes (exact in any order: the same value as a loop's); acc: 16 floats of scratch."""
+        for j in range(16):
+            acc[j] = x[lo]
+        t = lo
+        while t + 16 <= hi:
+            for j in range(16):
+                acc[j] = max(acc[j], x[t + j])
+            t += 16
+        for u in range(t, hi):
+            acc[0] = max(acc[0], x[u])
+        return acc.max()
+
+    @njit(cache=True)
+    def _lanes_sum(x, lo, hi, acc):  # pragma: no cover - compiled
+        """Σ x[lo:hi] in one written-down order: lane j adds x[lo + j], x[lo + 16 + j], ...; the tail goes to lane 0;
+        then the lanes in pairs (0+1, 2+3, ...), repeated (16 independent chains: as fast as a vectorized sum, with
+        no reassociation left to the compiler); acc: 16 floats of scratch."""
+        for j in range(16):
+            acc[j] = 0.0
+        t = lo
+        while t + 16 <= hi:
+            for j in range(16):
+                acc[j] += x[t + j]
+            t += 16
+        for u in range(t, hi):
+            acc[0] += x[u]
+        w = 16
+        while w > 1:
+            w //= 2
+            for j in range(w):
+                acc[j] = acc[2 * j] + acc[2 * j + 1]
+        return acc[0]
+
+    @njit(cache=True)
     def _one_head(q, K, V, r, g, G, trow, bs, T, S, first, pad, raw, fns, scale, sbits, out):  # pragma: no cover
         """``_attend_impl``'s work for one sequence and KV head g: groups of up to QUERIES queries, each group's
         scores tile by tile, its weights, its weighted sums tile by tile, its outputs (scratch arrays per call)."""
@@ -121,6 +160,7 @@ if HAVE_NUMBA:
         o = np.empty((nq * G, D), np.float32)
         buf = np.empty((TILE, D), np.float32)
         mb = np.empty(2, np.float32)
+        lanes = np.empty(16, np.float32)
         for q0 in range(0, S, QUERIES):  # a group of queries walks the keys together
             q1 = min(S, q0 + QUERIES)
             Tq = T - S + q1  # the group's last query sees keys 0 .. Tq-1
@@ -143,7 +183,7 @@ if HAVE_NUMBA:
                 for j in range((qi - q0) * G, (qi - q0 + 1) * G):
                     if blind:
                         s[j, lo:Ti] = 0.0
-                    mb[0] = np.max(s[j, lo:Ti])
+                    mb[0] = _lanes_max(s[j], lo, Ti, lanes)
                     _weights(fns, s, p, j, lo, Ti - lo, mb[0], np.int64(mb.view(np.int32)[0]))
             o[:] = 0.0
             t0 = start
@@ -160,9 +200,7 @@ if HAVE_NUMBA:
                 lo = 0 if pad >= Ti else pad
                 for j in range(G):
                     row = (qi - q0) * G + j
-                    tot = np.float32(0.0)
-                    for t in range(lo, Ti):
-                        tot += p[row, t]
+                    tot = _lanes_sum(p[row], lo, Ti, lanes)
                     for d in range(D):
                         out[first + qi, g * G + j, d] = o[row, d] / tot
 
@@ -193,7 +231,7 @@ if HAVE_NUMBA:
             r, T, S, first = rows[i], context[i], starts[i + 1] - starts[i], starts[i]
             _one_head(q, K, V, r, g, G, tables[i], bs, T, S, first, pads[i], raw, fns, scale, sbits, out)
 
-    _attend = njit(parallel=True, fastmath=True, cache=True)(_attend_impl)
+    _attend = njit(parallel=True, cache=True)(_attend_impl)
 
 
 def _contiguous(K: Any) -> Any:

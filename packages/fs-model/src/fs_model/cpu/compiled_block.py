@@ -55,15 +55,17 @@ if HAVE_NUMBA:
                 _to_bf16(np.ascontiguousarray(x).reshape(-1).view(np.uint32), bits)
                 for r in range(B * S):
                     for h in range(nkv):
-                        out[r // S, h, r % S, :] = bits[(r * nkv + h) * D : (r * nkv + h + 1) * D]
+                        for d in range(D):
+                            out[r // S, h, r % S, d] = bits[(r * nkv + h) * D + d]
 
             return bf16
 
         def f32(x, out):  # type: ignore[no-untyped-def]
-            B, nkv, S = out.shape[:3]
+            B, nkv, S, D = out.shape
             for r in range(B * S):
                 for h in range(nkv):
-                    out[r // S, h, r % S, :] = x[r, h, :]
+                    for d in range(D):
+                        out[r // S, h, r % S, d] = x[r, h, d]
 
         return f32
 
@@ -74,20 +76,22 @@ if HAVE_NUMBA:
         nq, nk, D = n
         h = np.empty_like(x)
         _rms_rows(x, ln, eps, h)
-        qkv = np.empty((m, nq + 2 * nk), np.float32)
         if grouped:  # one call: q, k and v tile alike (tile_groups.py)
+            qkv = np.empty((m, nq + 2 * nk), np.float32)
             _run(*calls[0], h, qkv)  # type: ignore[call-arg]
+            q, k = np.ascontiguousarray(qkv[:, :nq]), np.ascontiguousarray(qkv[:, nq : nq + nk])
+            v = np.ascontiguousarray(qkv[:, nq + nk :])
         else:
-            _run(*calls[0], h, qkv[:, :nq])  # type: ignore[call-arg]
-            _run(*calls[1], h, qkv[:, nq : nq + nk])  # type: ignore[call-arg]
-            _run(*calls[2], h, qkv[:, nq + nk :])  # type: ignore[call-arg]
-        q = np.empty((m, nq // D, D), np.float32)
-        _norm_rope(np.ascontiguousarray(qkv[:, :nq]).reshape(m, nq // D, D), qn, eps, cos, sin, q)
-        k = np.empty((m, nk // D, D), np.float32)
-        _norm_rope(np.ascontiguousarray(qkv[:, nq : nq + nk]).reshape(m, nk // D, D), kn, eps, cos, sin, k)
-        _put_kv(k, k_out)
-        _put_kv(np.ascontiguousarray(qkv[:, nq + nk :]).reshape(m, nk // D, D), v_out)
-        return q
+            q, k, v = np.empty((m, nq), np.float32), np.empty((m, nk), np.float32), np.empty((m, nk), np.float32)
+            _run(*calls[0], h, q)  # type: ignore[call-arg]
+            _run(*calls[1], h, k)  # type: ignore[call-arg]
+            _run(*calls[2], h, v)  # type: ignore[call-arg]
+        qr, kr = np.empty((m, nq // D, D), np.float32), np.empty((m, nk // D, D), np.float32)
+        _norm_rope(q.reshape(m, nq // D, D), qn, eps, cos, sin, qr)
+        _norm_rope(k.reshape(m, nk // D, D), kn, eps, cos, sin, kr)
+        _put_kv(kr, k_out)
+        _put_kv(v.reshape(m, nk // D, D), v_out)
+        return qr
 
     @njit(cache=True)
     def _attention_out(
@@ -103,14 +107,16 @@ if HAVE_NUMBA:
         h = x + o
         hn = np.empty_like(h)
         _rms_rows(h, ln, eps, hn)
-        gu = np.empty((m, 2 * I), np.float32)
         if grouped:
+            gu = np.empty((m, 2 * I), np.float32)
             _run(*mlp[0], hn, gu)  # type: ignore[call-arg]
+            g, u = np.ascontiguousarray(gu[:, :I]), np.ascontiguousarray(gu[:, I:])
         else:
-            _run(*mlp[0], hn, gu[:, :I])  # type: ignore[call-arg]
-            _run(*mlp[1], hn, gu[:, I:])  # type: ignore[call-arg]
+            g, u = np.empty((m, I), np.float32), np.empty((m, I), np.float32)
+            _run(*mlp[0], hn, g)  # type: ignore[call-arg]
+            _run(*mlp[1], hn, u)  # type: ignore[call-arg]
         a = np.empty((m, I), np.float32)
-        _silu_mul(gu[:, :I], gu[:, I:], a)
+        _silu_mul(g, u, a)
         d = np.empty((m, H), np.float32)
         _run(*down, a, d)  # type: ignore[call-arg]
         return h + d

@@ -45,16 +45,20 @@ if HAVE_NUMBA:
     from .tile_loops import _group_sums, panels
 
     @njit(parallel=True, cache=True)
-    def _walk(fns, NRs, params, ns, offsets, blocks, X, A, out, G, P):  # pragma: no cover - compiled
-        """Every block of ``blocks`` against all of X's rows (X as the tiles read it; A its per-row side data)."""
-        m, px, sx = X.shape[0], X.ctypes.data, X.strides[0]
-        pa, sa = A.ctypes.data, A.strides[0]
-        po, so = out.ctypes.data, out.strides[0]
+    def _walk(fns, NRs, params, ns, offsets, blocks, m, px, sx, pa, sa, po, so, G, P):  # pragma: no cover - compiled
+        """Every block of ``blocks`` against the m input rows at address px (as the tiles read them, row stride sx;
+        their per-row side data at pa, stride sa), into the float32 rows at po (stride so). Addresses, not arrays:
+        one compiled loop serves every kind's prepared rows (numba would compile one per array type)."""
         for b in prange(blocks.shape[0]):
             i, lo = blocks[b, 0], blocks[b, 1]
             hi = min(ns[i], lo + BLOCK)
             pw, sw, ps, pb, sg = params[i, 0], params[i, 1], params[i, 2], params[i, 3], params[i, 4]
             panels(fns, NRs, lo, hi, m, pw, sw, ps, pb, sg, px, sx, pa, sa, po + offsets[i] * 4, so, G, P)
+
+    @njit(cache=True)
+    def _alive(*arrays):  # pragma: no cover - compiled
+        """A use after ``_walk``: numba frees an array after its last use, and ``_walk`` only saw its address."""
+        return len(arrays)
 
     @njit(cache=True)
     def _arrange(xq, out):  # pragma: no cover - compiled
@@ -64,15 +68,21 @@ if HAVE_NUMBA:
                 for g in range(8):
                     a, b, c = g // 4, (g // 2) % 2, g % 2
                     src, dst = blk * 256 + g * 32, blk * 256 + (4 * a + 2 * c + b) * 32
-                    out[r, dst : dst + 32] = xq[r, src : src + 32]
+                    for j in range(32):  # (a loop: a slice assignment costs seconds of compilation)
+                        out[r, dst + j] = xq[r, src + j]
 
     @njit(cache=True)
     def _run(prep, G, fns, NRs, params, ns, offsets, blocks, outer, inner, X, out):  # pragma: no cover - compiled
+        """out [m, Σ ns] = the matrices' tiles over X [m, k] float32 (both C-contiguous), prepared by ``prep``."""
         m, k = X.shape
+        walk = fns, NRs, params, ns, offsets, blocks, m
+        po, so = out.ctypes.data, out.strides[0]
+        none = np.zeros((1, 1), np.float32)  # side data of the kinds that read none
         if prep == BF16:
             xb = np.empty((m, k), np.uint16)
             _to_bf16(X.reshape(-1).view(np.uint32), xb.reshape(-1))
-            _walk(fns, NRs, params, ns, offsets, blocks, xb, np.zeros((1, 1), np.float32), out, outer, inner)
+            _walk(*walk, xb.ctypes.data, xb.strides[0], none.ctypes.data, 0, po, so, outer, inner)
+            _alive(xb, none, out)
         elif prep in (INT8, ARRANGED):
             ng = k // G
             xq, side = np.empty((m, k), np.int8), np.empty((m, 2 * ng), np.float32)
@@ -81,13 +91,16 @@ if HAVE_NUMBA:
                 xa = np.empty((m, k), np.int8)
                 _arrange(xq, xa)
                 xq = xa
-            _walk(fns, NRs, params, ns, offsets, blocks, xq, side, out, outer, inner)
+            _walk(*walk, xq.ctypes.data, xq.strides[0], side.ctypes.data, side.strides[0], po, so, outer, inner)
+            _alive(xq, side, out)
         elif prep == SUMS:
             sums = np.empty((m, k // G), np.float32)
             _group_sums(X, G, sums)
-            _walk(fns, NRs, params, ns, offsets, blocks, X, sums, out, outer, inner)
+            _walk(*walk, X.ctypes.data, X.strides[0], sums.ctypes.data, sums.strides[0], po, so, outer, inner)
+            _alive(X, sums, out)
         else:
-            _walk(fns, NRs, params, ns, offsets, blocks, X, np.zeros((1, 1), np.float32), out, outer, inner)
+            _walk(*walk, X.ctypes.data, X.strides[0], none.ctypes.data, 0, po, so, outer, inner)
+            _alive(X, none, out)
 
 
 Tiles = tuple[tuple[int, ...], tuple[int, ...], np.ndarray]  # (tile addresses, NRs, params [matrices, 5])
