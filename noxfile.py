@@ -185,6 +185,7 @@ BENCHES = {
     "quant_quality": ["benchmarks/quant_quality.py"],
     "invariance_cost": ["benchmarks/invariance_cost.py"],
     "tile_groups": ["benchmarks/tile_groups.py"],
+    "compiled_block": ["benchmarks/compiled_block.py"],
     "superblock_scales": ["benchmarks/superblock_scales.py"],
     "threads": ["benchmarks/threads.py"],
     "engine_serving": ["benchmarks/engine_serving.py", "--out", "docs/data/engine_serving.json"],

@@ -219,39 +219,46 @@ def weighted(R: int, C: int, W: int, kv: str = "f32") -> str:
     return "\n".join(L) + "\n"
 
 
-def exp_shifted(W: int) -> str:
-    """``@exp_shifted``: p[t] = exp_poly(s[t] - m) for t < n, W lanes a step (the last step's extra lanes are
-    computed from, and stored into, the rows' padding)."""
+def exp_poly(W: int, x0: str, out: str) -> list[str]:
+    """IR lines making ``out`` = exp_poly(``x0``) lane by lane (the module docstring's contract: within 2 ulp of exp,
+    0 below EXP_FLOOR); an input above EXP_CEILING is clamped there. Names made: ``out`` with suffixes."""
     v, iv = _vec(W), f"<{W} x i32>"
-    L = ["define void @exp_shifted(i64 %s, i64 %n, i64 %mb, i64 %p) {", "entry:", *_splat_bits("%m", "%mb", W)]
-    L += ["  br label %loop", "loop:", "  %t = phi i64 [0, %entry], [%tn, %loop]", "  %off = mul i64 %t, 4"]
-    L += ["  %sa = add i64 %s, %off", *_ptr("%sp", "%sa"), f"  %sv = load {v}, ptr %sp, align 4"]
-    L += [
-        f"  %x0 = fsub {v} %sv, %m",
-        f"  %x.c = call {v} @llvm.maxnum.v{W}f32({v} %x0, {v} splat (float {_f(EXP_FLOOR)}))",
-        f"  %x = call {v} @llvm.minnum.v{W}f32({v} %x.c, {v} splat (float {_f(EXP_CEILING)}))",
-    ]
-    L += [
-        f"  %fx.0 = call {v} {_fma(W)}({v} %x, {v} splat (float {_f(LOG2E)}), {v} splat (float {_f(0.5)}))",
-        f"  %fx = call {v} @llvm.floor.v{W}f32({v} %fx.0)",
-        f"  %r.0 = call {v} {_fma(W)}({v} %fx, {v} splat (float {_f(-LN2_HI)}), {v} %x)",
-        f"  %r = call {v} {_fma(W)}({v} %fx, {v} splat (float {_f(-LN2_LO)}), {v} %r.0)",
-        f"  %rr = fmul {v} %r, %r",
+    L = [
+        f"  {out}.xc = call {v} @llvm.maxnum.v{W}f32({v} {x0}, {v} splat (float {_f(EXP_FLOOR)}))",
+        f"  {out}.x = call {v} @llvm.minnum.v{W}f32({v} {out}.xc, {v} splat (float {_f(EXP_CEILING)}))",
+        f"  {out}.fx0 = call {v} {_fma(W)}({v} {out}.x, {v} splat (float {_f(LOG2E)}), {v} splat (float {_f(0.5)}))",
+        f"  {out}.fx = call {v} @llvm.floor.v{W}f32({v} {out}.fx0)",
+        f"  {out}.r0 = call {v} {_fma(W)}({v} {out}.fx, {v} splat (float {_f(-LN2_HI)}), {v} {out}.x)",
+        f"  {out}.r = call {v} {_fma(W)}({v} {out}.fx, {v} splat (float {_f(-LN2_LO)}), {v} {out}.r0)",
+        f"  {out}.rr = fmul {v} {out}.r, {out}.r",
     ]
     y = f"splat (float {_f(EXP_POLY[0])})"
     for i, c in enumerate(EXP_POLY[1:]):
-        L.append(f"  %y{i} = call {v} {_fma(W)}({v} {y}, {v} %r, {v} splat (float {_f(c)}))")
-        y = f"%y{i}"
+        L.append(f"  {out}.y{i} = call {v} {_fma(W)}({v} {y}, {v} {out}.r, {v} splat (float {_f(c)}))")
+        y = f"{out}.y{i}"
+    return [
+        *L,
+        f"  {out}.z0 = call {v} {_fma(W)}({v} {y}, {v} {out}.rr, {v} {out}.r)",
+        f"  {out}.z = fadd {v} {out}.z0, splat (float {_f(1.0)})",
+        f"  {out}.ni = fptosi {v} {out}.fx to {iv}",
+        f"  {out}.nb = add {iv} {out}.ni, splat (i32 127)",
+        f"  {out}.ns = shl {iv} {out}.nb, splat (i32 23)",
+        f"  {out}.two = bitcast {iv} {out}.ns to {v}",
+        f"  {out}.e = fmul {v} {out}.z, {out}.two",
+        f"  {out}.under = fcmp olt {v} {x0}, splat (float {_f(EXP_FLOOR)})",
+        f"  {out} = select <{W} x i1> {out}.under, {v} zeroinitializer, {v} {out}.e",
+    ]
+
+
+def exp_shifted(W: int) -> str:
+    """``@exp_shifted``: p[t] = exp_poly(s[t] - m) for t < n, W lanes a step (the last step's extra lanes are
+    computed from, and stored into, the rows' padding)."""
+    v = _vec(W)
+    L = ["define void @exp_shifted(i64 %s, i64 %n, i64 %mb, i64 %p) {", "entry:", *_splat_bits("%m", "%mb", W)]
+    L += ["  br label %loop", "loop:", "  %t = phi i64 [0, %entry], [%tn, %loop]", "  %off = mul i64 %t, 4"]
+    L += ["  %sa = add i64 %s, %off", *_ptr("%sp", "%sa"), f"  %sv = load {v}, ptr %sp, align 4"]
+    L += [f"  %x0 = fsub {v} %sv, %m", *exp_poly(W, "%x0", "%ev")]
     L += [
-        f"  %z.0 = call {v} {_fma(W)}({v} {y}, {v} %rr, {v} %r)",
-        f"  %z = fadd {v} %z.0, splat (float {_f(1.0)})",
-        f"  %ni = fptosi {v} %fx to {iv}",
-        f"  %nb = add {iv} %ni, splat (i32 127)",
-        f"  %ns = shl {iv} %nb, splat (i32 23)",
-        f"  %two = bitcast {iv} %ns to {v}",
-        f"  %e = fmul {v} %z, %two",
-        f"  %under = fcmp olt {v} %x0, splat (float {_f(EXP_FLOOR)})",
-        f"  %ev = select <{W} x i1> %under, {v} zeroinitializer, {v} %e",
         "  %pa = add i64 %p, %off",
         *_ptr("%pp", "%pa"),
         f"  store {v} %ev, ptr %pp, align 4",

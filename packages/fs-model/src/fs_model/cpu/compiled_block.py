@@ -29,6 +29,7 @@ from ..numpy.linear import timed
 from . import HAVE_NUMBA
 from .attention_calls import kernels
 from .decode_step import FusedMLP, InvariantAttention, InvariantBlock
+from .silu_tiles import kernel as silu_kernel
 from .threads import bucket, fan_out
 from .tile_calls import TileCall
 
@@ -37,7 +38,8 @@ if HAVE_NUMBA:
     from numba.extending import overload
 
     from .attention import _attend
-    from .fused import _norm_rope, _rms_rows, _silu_mul, _to_bf16
+    from .fused import _norm_rope, _rms_rows, _to_bf16
+    from .silu_tiles import _silu_mul
     from .tile_calls import _run
 
     def _put_kv(x, out):  # type: ignore[no-untyped-def]  # pragma: no cover - replaced by the overload below
@@ -95,10 +97,11 @@ if HAVE_NUMBA:
 
     @njit(cache=True)
     def _attention_out(
-        x, q, K, V, rows, tables, bs, starts, context, pads, scale, fns, wo, ln, eps, mlp, grouped, I, down
+        x, q, K, V, rows, tables, bs, starts, context, pads, scale, fns, wo, ln, eps, mlp, grouped, I, silu, down
     ):  # pragma: no cover
         """The block's second half (the module docstring): x [m, H] the residual stream, q [m, nh, D]; where each
-        sequence's keys are as ``attention._attend_impl`` takes them; I the MLP's width."""
+        sequence's keys are as ``attention._attend_impl`` takes them; I the MLP's width, silu its kernel
+        (silu_tiles.py)."""
         m, H = x.shape
         att = np.empty_like(q)
         _attend(q, K, V, rows, tables, bs, starts, context, pads, scale, fns, att)  # type: ignore[call-arg]
@@ -116,7 +119,7 @@ if HAVE_NUMBA:
             _run(*mlp[0], hn, g)  # type: ignore[call-arg]
             _run(*mlp[1], hn, u)  # type: ignore[call-arg]
         a = np.empty((m, I), np.float32)
-        _silu_mul(g, u, a)
+        _silu_mul(silu, g, u, a)
         d = np.empty((m, H), np.float32)
         _run(*down, a, d)  # type: ignore[call-arg]
         return h + d
@@ -197,7 +200,7 @@ class CompiledBlock(InvariantBlock):
         q = fan_out(("block-in", p.n, bucket(m)), _attention_in, rows, self.norm1, eps, p.args(p.qkv, m),
                     len(p.qkv) == 1, p.n, a.q_norm, a.k_norm, cos, sin, k, v)  # fmt: skip
         K, V, seqs = self._kv(k, v, cache, pad)
-        mlp = self.norm2, eps, p.args(p.mlp, m), len(p.mlp) == 1, p.I, p.down.args(m)
+        mlp = self.norm2, eps, p.args(p.mlp, m), len(p.mlp) == 1, p.I, silu_kernel(p.I), p.down.args(m)
         out = fan_out(("block-out", p.n, bucket(m), bucket(int(seqs[4].max()))), _attention_out, rows, q, K, V,
                       *seqs, a.scale, p.fns, p.wo.args(m), *mlp)  # fmt: skip
         return out.reshape(B, S, H)  # type: ignore[no-any-return]

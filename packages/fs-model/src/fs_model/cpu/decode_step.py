@@ -28,6 +28,7 @@ from ..numpy.linear import DenseLinear, Linear, timed
 from ..numpy.mlp import MLP
 from ..numpy.rope import RoPE
 from . import HAVE_NUMBA, SWITCHES, attention, fused
+from .silu_tiles import silu_mul
 from .tile_groups import TileGroup
 
 
@@ -110,7 +111,7 @@ class FusedMLP(MLP):
     def __call__(self, x: np.ndarray) -> np.ndarray:
         rows = x.reshape(-1, x.shape[-1])
         g, u = timed(self.gate_up, rows) if self.gate_up is not None else (self.gate(rows), self.up(rows))
-        return self.down(fused.silu_mul(g, u).reshape(*x.shape[:-1], -1))  # silu in one compiled pass
+        return self.down(silu_mul(g, u).reshape(*x.shape[:-1], -1))  # silu in one compiled call
 
 
 class FusedBlock(Block):

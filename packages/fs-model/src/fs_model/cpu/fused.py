@@ -49,15 +49,6 @@ if HAVE_NUMBA:
                     out[b, h, i + half] = x1 * sin[b, i] + x2 * cos[b, i]
 
     @njit(cache=True)
-    def _silu_mul(g, u, out):  # pragma: no cover - compiled
-        """out = silu(g) · u with silu(g) = g / (1 + exp(-g)): mlp.py's float32 operations, one element at a time
-        (no fastmath: an element's bits do not depend on the others, nor on how many rows the call has)."""
-        one = np.float32(1.0)
-        for r in range(out.shape[0]):
-            for j in range(out.shape[1]):
-                out[r, j] = g[r, j] / (one + np.exp(-g[r, j])) * u[r, j]
-
-    @njit(cache=True)
     def _to_bf16(u, out):  # pragma: no cover - compiled
         """fs_weights.f32_to_bf16 in one pass: round to nearest even, NaN -> 0x7FC0 (the same bits, tested)."""
         for i in range(u.shape[0]):
@@ -115,13 +106,6 @@ def to_bf16(x: np.ndarray) -> np.ndarray:
     flat = np.ascontiguousarray(x, dtype=np.float32)
     out = np.empty(flat.shape, np.uint16)
     _to_bf16(flat.reshape(-1).view(np.uint32), out.reshape(-1))
-    return out
-
-
-def silu_mul(g: np.ndarray, u: np.ndarray) -> np.ndarray:
-    """silu(g) · u for g, u [..., I] float32 in one compiled pass (numpy's takes three: ~14 µs a decode layer)."""
-    out = np.empty(g.shape, np.float32)
-    _silu_mul(g.reshape(-1, g.shape[-1]), u.reshape(-1, u.shape[-1]), out.reshape(-1, g.shape[-1]))
     return out
 
 
