@@ -262,11 +262,12 @@ def exp_shifted(W: int) -> str:
         "  %pa = add i64 %p, %off",
         *_ptr("%pp", "%pa"),
         f"  store {v} %ev, ptr %pp, align 4",
-        f"  %tn = add i64 %t, {W}",
-        "  %more = icmp slt i64 %tn, %n",
-        "  br i1 %more, label %loop, label %exit",
-        "exit:",
-        "  ret void",
-        "}",
+        *loop_end(W),
     ]
     return "\n".join(L) + "\n"
+
+
+def loop_end(W: int) -> list[str]:
+    """The end of a function whose one loop steps %t by W lanes until %n (its phi names %tn), then returns."""
+    return [f"  %tn = add i64 %t, {W}", "  %more = icmp slt i64 %tn, %n", "  br i1 %more, label %loop, label %exit",
+            "exit:", "  ret void", "}"]  # fmt: skip

@@ -15,10 +15,12 @@ whole step takes 15.8. Here a layer is two numba calls and the cache's own write
 The contract is ``InvariantBlock``'s bits: the same compiled kernels (tile_calls._run, fused._rms_rows /
 _norm_rope / _silu_mul, attention._attend) on the same values in the same order, only without Python between
 them; tests/test_compiled_block.py compares every logit against it on every kept format, and the engine's pool.
-Where a step needs anything else - a quantized cache, a rotating cache's chunk, matrices off the tiles, a MoE
-layer - the block takes InvariantBlock's path, so which path ran never shows in a result.
+A Qwen3-MoE layer runs the first half and the second up to its MLP compiled, then its experts in Python
+(experts.py). Where a step needs anything else - a quantized cache, a rotating cache's chunk, matrices off the
+tiles - the block takes InvariantBlock's path, so which path ran never shows in a result.
 """
 
+import threading
 from typing import Any
 
 import numpy as np
@@ -96,12 +98,9 @@ if HAVE_NUMBA:
         return qr
 
     @njit(cache=True)
-    def _attention_out(
-        x, q, K, V, rows, tables, bs, starts, context, pads, scale, fns, wo, ln, eps, mlp, grouped, I, silu, down
-    ):  # pragma: no cover
-        """The block's second half (the module docstring): x [m, H] the residual stream, q [m, nh, D]; where each
-        sequence's keys are as ``attention._attend_impl`` takes them; I the MLP's width, silu its kernel
-        (silu_tiles.py)."""
+    def _attention(x, q, K, V, rows, tables, bs, starts, context, pads, scale, fns, wo, ln, eps):  # pragma: no cover
+        """Attention over K, V -> o -> h = x + o, and RMSNorm(h): the second half up to the MLP (a MoE layer's
+        experts take it from here in Python). Where each sequence's keys are: ``attention._attend_impl``'s names."""
         m, H = x.shape
         att = np.empty_like(q)
         _attend(q, K, V, rows, tables, bs, starts, context, pads, scale, fns, att)  # type: ignore[call-arg]
@@ -110,6 +109,16 @@ if HAVE_NUMBA:
         h = x + o
         hn = np.empty_like(h)
         _rms_rows(h, ln, eps, hn)
+        return h, hn
+
+    @njit(cache=True)
+    def _attention_out(
+        x, q, K, V, rows, tables, bs, starts, context, pads, scale, fns, wo, ln, eps, mlp, grouped, I, silu, down
+    ):  # pragma: no cover
+        """The block's second half (the module docstring): x [m, H] the residual stream, q [m, nh, D]; I the MLP's
+        width, silu its kernel (silu_tiles.py)."""
+        m, H = x.shape
+        h, hn = _attention(x, q, K, V, rows, tables, bs, starts, context, pads, scale, fns, wo, ln, eps)
         if grouped:
             gu = np.empty((m, 2 * I), np.float32)
             _run(*mlp[0], hn, gu)  # type: ignore[call-arg]
@@ -134,13 +143,19 @@ def _call_of(layer: Any) -> TileCall | None:
 class _Plan:
     """What a block's two compiled halves need that does not change between steps."""
 
-    def __init__(self, attn: InvariantAttention, mlp: FusedMLP):
+    def __init__(self, attn: InvariantAttention, mlp: FusedMLP | None):
+        """``mlp`` None: another MLP (a MoE layer's experts) runs in Python after the compiled attention."""
         self.qkv = [attn.qkv.call] if attn.qkv is not None else [_call_of(w) for w in (attn.wq, attn.wk, attn.wv)]
         self.wo = _call_of(attn.wo)
-        self.mlp = [mlp.gate_up.call] if mlp.gate_up is not None else [_call_of(mlp.gate), _call_of(mlp.up)]
-        self.down = _call_of(mlp.down)
-        self.I = mlp.down.shape[1]
-        self.ok = all(c is not None for c in [*self.qkv, self.wo, *self.mlp, self.down])
+        self.mlp: list[TileCall | None] = []
+        self.down: TileCall | None = None
+        if mlp is not None:
+            self.mlp = [mlp.gate_up.call] if mlp.gate_up is not None else [_call_of(mlp.gate), _call_of(mlp.up)]
+            self.down = _call_of(mlp.down)
+            self.I = mlp.down.shape[1]
+        self.fused_mlp = mlp is not None
+        calls = [*self.qkv, self.wo, *self.mlp, *([self.down] if mlp is not None else [])]
+        self.ok = all(c is not None for c in calls)
         self.n = (attn.nh * attn.D, attn.nkv * attn.D, attn.D)
         self.fns = kernels(attn.D)
 
@@ -150,19 +165,20 @@ class _Plan:
         return got + (got[0],) * (3 - len(got))
 
 
-_rows_memo: list[Any] = [None, None]  # (the last step's RoPE tables, their rows): every layer of a step shares them
+_memo = threading.local()  # .tables, .rows: the last step's RoPE tables and their rows, per thread (an engine
+# thread and a caller's thread may step two models at once); every layer of a step shares them
 
 
 def _rope_rows(tables: tuple[np.ndarray, np.ndarray], B: int, S: int) -> tuple[np.ndarray, np.ndarray]:
     """cos / sin for each of the B·S rows [B·S, D/2], as fused.norm_rope broadcasts them."""
-    if _rows_memo[0] is tables and _rows_memo[1][0].shape[0] == B * S:
-        return _rows_memo[1]  # type: ignore[no-any-return]
+    if getattr(_memo, "tables", None) is tables and _memo.rows[0].shape[0] == B * S:
+        return _memo.rows  # type: ignore[no-any-return]
     cos, sin = tables
     half = cos.shape[-1]
     rows = cos.shape[0] if cos.ndim == 4 else 1
     got = tuple(np.ascontiguousarray(np.broadcast_to(t.reshape(rows, S, half), (B, S, half)).reshape(B * S, half))
                 for t in (cos, sin))  # fmt: skip
-    _rows_memo[:] = [tables, got]
+    _memo.tables, _memo.rows = tables, got
     return got  # type: ignore[return-value]
 
 
@@ -172,11 +188,8 @@ class CompiledBlock(InvariantBlock):
     def __init__(self, w: dict[str, Any], attention: Any, eps: float, mlp: Any = None):
         super().__init__(w, attention, eps, mlp)
         attn, mlp = self.attn, self.mlp
-        plan = (
-            _Plan(attn, mlp)
-            if HAVE_NUMBA and isinstance(attn, InvariantAttention) and isinstance(mlp, FusedMLP)
-            else None
-        )
+        mine = mlp if isinstance(mlp, FusedMLP) else None  # any other MLP (a MoE layer's) runs after, in Python
+        plan = _Plan(attn, mine) if HAVE_NUMBA and isinstance(attn, InvariantAttention) else None
         self.plan = plan if plan is not None and plan.ok else None
 
     def __call__(self, x: np.ndarray, tables: Any, cache: Any = None, pad: np.ndarray | None = None) -> np.ndarray:
@@ -185,11 +198,11 @@ class CompiledBlock(InvariantBlock):
         covered = dense or isinstance(cache, PagedLayer)
         if p is None or not covered or (x.shape[1] > 1 and hasattr(cache, "chunk_mask")):
             return super().__call__(x, tables, cache, pad)
-        return timed(self._compiled, x, tables, cache, pad)
+        return self._compiled(x, tables, cache, pad)
 
     def _compiled(self, x: np.ndarray, tables: Any, cache: Any, pad: np.ndarray | None) -> np.ndarray:
         p, a = self.plan, self.attn
-        assert p is not None and p.wo is not None and p.down is not None
+        assert p is not None and p.wo is not None
         B, S, H = x.shape
         m = B * S
         rows = np.ascontiguousarray(x.reshape(m, H), dtype=np.float32)
@@ -197,12 +210,17 @@ class CompiledBlock(InvariantBlock):
         dtype = np.uint16 if a.kv_bf16 else np.float32
         k, v = np.empty((B, a.nkv, S, a.D), dtype), np.empty((B, a.nkv, S, a.D), dtype)
         eps = np.float32(self.eps)
-        q = fan_out(("block-in", p.n, bucket(m)), _attention_in, rows, self.norm1, eps, p.args(p.qkv, m),
+        q = timed(fan_out, ("block-in", p.n, bucket(m)), _attention_in, rows, self.norm1, eps, p.args(p.qkv, m),
                     len(p.qkv) == 1, p.n, a.q_norm, a.k_norm, cos, sin, k, v)  # fmt: skip
         K, V, seqs = self._kv(k, v, cache, pad)
+        key = ("block-out", p.fused_mlp, p.n, bucket(m), bucket(int(seqs[4].max())))
+        seq = rows, q, K, V, *seqs, a.scale, p.fns
+        if not p.fused_mlp:  # a MoE layer: the compiled attention, then its experts
+            h, hn = timed(fan_out, key, _attention, *seq, p.wo.args(m), self.norm2, eps)
+            return h.reshape(B, S, H) + self.mlp(hn.reshape(B, S, H))  # type: ignore[no-any-return]
+        assert p.down is not None
         mlp = self.norm2, eps, p.args(p.mlp, m), len(p.mlp) == 1, p.I, silu_kernel(p.I), p.down.args(m)
-        out = fan_out(("block-out", p.n, bucket(m), bucket(int(seqs[4].max()))), _attention_out, rows, q, K, V,
-                      *seqs, a.scale, p.fns, p.wo.args(m), *mlp)  # fmt: skip
+        out = timed(fan_out, key, _attention_out, *seq, p.wo.args(m), *mlp)  # time_matmuls counts each half
         return out.reshape(B, S, H)  # type: ignore[no-any-return]
 
     def _kv(self, k: np.ndarray, v: np.ndarray, cache: Any, pad: np.ndarray | None) -> tuple[Any, Any, tuple[Any, ...]]:

@@ -21,7 +21,7 @@ import numpy as np
 
 from . import HAVE_NUMBA
 from .attention_calls import lanes
-from .attention_tiles import DECLARATIONS, EXP_CEILING, _f, _ptr, _vec, exp_poly
+from .attention_tiles import DECLARATIONS, EXP_CEILING, _f, _ptr, _vec, exp_poly, loop_end
 from .llvm_ir import compile_ir
 
 _compiled: dict[int, int] = {}
@@ -43,12 +43,7 @@ def ir(W: int) -> str:
         f"  %s = fdiv {v} %gv, %d",
         f"  %r = fmul {v} %s, %uv",
         f"  store {v} %r, ptr %op, align 4",
-        f"  %tn = add i64 %t, {W}",
-        "  %more = icmp slt i64 %tn, %n",
-        "  br i1 %more, label %loop, label %exit",
-        "exit:",
-        "  ret void",
-        "}",
+        *loop_end(W),
     ]
     return DECLARATIONS + "\n".join(L) + "\n"
 
