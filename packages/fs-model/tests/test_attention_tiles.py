@@ -65,6 +65,29 @@ def test_a_keys_score_is_the_same_whatever_group_or_call_it_comes_in(D):
     assert np.array_equal(scores(1, 3, 11)[0], whole[0, 3:14])  # one head a call: the same chain
 
 
+@pytest.mark.parametrize("n", [1, 7, 16, 33, 150])
+def test_a_rows_max_and_sum_follow_their_written_order(n):
+    """row_reduce: the max exactly np.max; the sum W lanes (lane l: x[l], x[W + l], ...), the lanes by halves, then
+    the tail one by one, in float32 - emulated here; a sum reordered by a compiler differs in the last bits."""
+    fns = ir(128)
+    W = attention_calls.lanes(128)
+    x = np.random.default_rng(n).standard_normal(n + 16, dtype=np.float32) * 3  # + padding the kernel must not read
+    out = np.zeros(2, np.float32)
+    call(fns[10], x.ctypes.data, n, out.ctypes.data)
+    call(fns[11], x.ctypes.data, n, out.ctypes.data + 4)
+    assert out[0] == np.max(x[:n])
+    full = n // W * W
+    lanes = np.zeros(W, np.float32)
+    for t in range(0, full, W):
+        lanes = lanes + x[t : t + W]
+    while lanes.size > 1:
+        lanes = lanes[: lanes.size // 2] + lanes[lanes.size // 2 :]
+    want = lanes[0]
+    for t in range(full, n):
+        want = np.float32(want + x[t])
+    assert out[1] == want
+
+
 def test_exp_is_within_2_ulp_and_zero_below_the_floor():
     fns = ir(128)
     x = np.concatenate([np.linspace(-87.0, 0.0, 100_003, dtype=np.float32), np.float32([0.0, -1e-30, -88.0, -200.0])])

@@ -31,6 +31,7 @@ if HAVE_NUMBA:
     from numba.extending import overload
 
     from .attention_calls import _bf16, _scores_tile, _weighted_tile, _weights
+    from .llvm_ir import call_address
 
     # No fastmath in this module: attention is also compiled as a callee of compiled_block.py's halves, and a
     # fast-math sum, max or multiply-add may be vectorized or contracted differently there than in a direct call
@@ -183,7 +184,11 @@ if HAVE_NUMBA:
                 for j in range((qi - q0) * G, (qi - q0 + 1) * G):
                     if blind:
                         s[j, lo:Ti] = 0.0
-                    mb[0] = _lanes_max(s[j], lo, Ti, lanes)
+                    if fns[10] != 0:  # the row's max in IR (attention_tiles.row_reduce), else the lanes loop
+                        at = np.int64(s.ctypes.data) + (j * s.shape[1] + lo) * 4
+                        call_address(fns[10], (at, np.int64(Ti - lo), np.int64(mb.ctypes.data)))  # type: ignore[call-arg]
+                    else:
+                        mb[0] = _lanes_max(s[j], lo, Ti, lanes)
                     _weights(fns, s, p, j, lo, Ti - lo, mb[0], np.int64(mb.view(np.int32)[0]))
             o[:] = 0.0
             t0 = start
@@ -200,7 +205,12 @@ if HAVE_NUMBA:
                 lo = 0 if pad >= Ti else pad
                 for j in range(G):
                     row = (qi - q0) * G + j
-                    tot = _lanes_sum(p[row], lo, Ti, lanes)
+                    if fns[11] != 0:
+                        at = np.int64(p.ctypes.data) + (row * p.shape[1] + lo) * 4
+                        call_address(fns[11], (at, np.int64(Ti - lo), np.int64(mb.ctypes.data) + 4))  # type: ignore[call-arg]
+                        tot = mb[1]
+                    else:
+                        tot = _lanes_sum(p[row], lo, Ti, lanes)
                     for d in range(D):
                         out[first + qi, g * G + j, d] = o[row, d] / tot
 

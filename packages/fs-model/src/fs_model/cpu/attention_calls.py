@@ -15,7 +15,7 @@ import ctypes
 import numpy as np
 
 from . import FEATURES, HAVE_NUMBA, SWITCHES
-from .attention_tiles import DECLARATIONS, exp_shifted, scores, weighted
+from .attention_tiles import DECLARATIONS, exp_shifted, row_reduce, scores, weighted
 from .llvm_ir import compile_ir
 from .tiles import WIDE_FEATURES  # the matrix tiles' 16-lane set: attention goes wide where they do
 
@@ -24,7 +24,7 @@ QUERIES = 16  # queries of one sequence that walk the keys together, each tile r
 PAD = 16  # the IR kernels store whole vectors: up to 15 floats past a row's last key
 
 _compiled: dict[tuple[int, int], np.ndarray] = {}
-NONE: tuple[int, ...] = (0,) * 10
+NONE: tuple[int, ...] = (0,) * 12
 
 
 def lanes(D: int) -> int:
@@ -40,9 +40,10 @@ def lanes(D: int) -> int:
 
 def kernels(D: int) -> np.ndarray:
     """(scores_2, scores_1, weighted_2, weighted_1, exp_shifted, the lanes of D one weighted call covers, then the
-    four scores / weighted kernels again, reading bf16 bits) as raw code addresses for heads of D values, compiled
-    once; all 0 where ``lanes`` says the IR does not apply. An int64 array, read-only (one array type for every
-    call: numba compiles one variant of each caller; and it types an array at a call faster than a tuple)."""
+    four scores / weighted kernels again, reading bf16 bits, then a row's max and sum: ``row_reduce``) as raw code
+    addresses for heads of D values, compiled once; all 0 where ``lanes`` says the IR does not apply. An int64
+    array, read-only (one array type for every call: numba compiles one variant of each caller; and it types an
+    array at a call faster than a tuple)."""
     W = lanes(D)
     key = (D, W)
     if key not in _compiled:
@@ -52,15 +53,16 @@ def kernels(D: int) -> np.ndarray:
             chunks = D // W
             C = max(c for c in range(1, min(chunks, 8 if W == 16 else 4) + 1) if chunks % c == 0)
             names = ["scores_2", "scores_1", "weighted_2", "weighted_1", "exp_shifted"]
-            ir = DECLARATIONS + exp_shifted(W)
+            ir = DECLARATIONS + exp_shifted(W) + row_reduce(W, "max") + row_reduce(W, "sum")
             for kv in ("f32", "bf16"):
                 ir += scores(2, D, W, NK, kv) + scores(1, D, W, NK, kv) + weighted(2, C, W, kv) + weighted(1, C, W, kv)
             bf16 = [f"{n}_bf16" for n in names[:4]]
             sig = ctypes.CFUNCTYPE(None, *[ctypes.c_int64] * 8)  # only their addresses are used (numba calls them)
-            fns = compile_ir(ir, WIDE_FEATURES if W == 16 else ("avx2", "fma"), dict.fromkeys(names + bf16, sig))
+            rows = ["row_max", "row_sum"]
+            fns = compile_ir(ir, WIDE_FEATURES if W == 16 else ("avx2", "fma"), dict.fromkeys(names + bf16 + rows, sig))
             if fns is not None:
                 at = {n: ctypes.cast(f, ctypes.c_void_p).value or 0 for n, f in fns.items()}
-                got = (*(at[n] for n in names), C * W, *(at[n] for n in bf16))
+                got = (*(at[n] for n in names), C * W, *(at[n] for n in bf16), *(at[n] for n in rows))
         table = np.array(got, np.int64)
         table.flags.writeable = False
         _compiled[key] = table

@@ -267,6 +267,52 @@ def exp_shifted(W: int) -> str:
     return "\n".join(L) + "\n"
 
 
+def _combine(op: str, a: str, b: str, ty: str, out: str) -> list[str]:
+    """``out`` = a + b, or the larger of a and b (exact, so a max's order cannot matter), in type ``ty``."""
+    if op == "sum":
+        return [f"  {out} = fadd {ty} {a}, {b}"]
+    mask = f"<{ty.split()[0][1:]} x i1>" if ty.startswith("<") else "i1"
+    return [f"  {out}.gt = fcmp ogt {ty} {a}, {b}", f"  {out} = select {mask} {out}.gt, {ty} {a}, {ty} {b}"]
+
+
+def row_reduce(W: int, op: str) -> str:
+    """``@row_{op}(x, n, out)``: *out = the sum or the max of the n floats at x, in one written-down order: W lanes
+    (lane l takes x[l], x[W + l], ... over the whole vectors), the lanes by the tiles' tree (halves, lane by lane:
+    ``float_tiles.hsum``'s order), then the tail's floats one by one. The same code for every caller: a softmax's
+    max and its sum of weights (attention.py) without a compiler left free to reorder them."""
+    v = _vec(W)
+    L = [f"define void @row_{op}(i64 %x, i64 %n, i64 %out) {{", "entry:", *_ptr("%x0", "%x")]
+    init = "zeroinitializer" if op == "sum" else "%first.v"
+    if op == "max":
+        L += ["  %first = load float, ptr %x0, align 4", *_splat("%first.v", "%first", W)]
+    L += ["  br label %vcheck", "vcheck:", "  %t = phi i64 [0, %entry], [%tn, %vloop]"]
+    L += [f"  %acc = phi {v} [{init}, %entry], [%accn, %vloop]", f"  %tn = add i64 %t, {W}"]
+    L += ["  %fits = icmp sle i64 %tn, %n", "  br i1 %fits, label %vloop, label %reduce", "vloop:"]
+    L += ["  %off = mul i64 %t, 4", "  %xa = add i64 %x, %off", *_ptr("%xp", "%xa")]
+    L += [f"  %xv = load {v}, ptr %xp, align 4", *_combine(op, "%acc", "%xv", v, "%accn"), "  br label %vcheck"]
+    L += ["reduce:"]
+    acc, w = "%acc", W
+    while w > 1:
+        h = w // 2
+        lo, hi = ", ".join(f"i32 {i}" for i in range(h)), ", ".join(f"i32 {i}" for i in range(h, w))
+        vt = f"<{w} x float>"
+        if h == 1:
+            L += [f"  %r{w}l = extractelement {vt} {acc}, i32 0", f"  %r{w}h = extractelement {vt} {acc}, i32 1"]
+            L += _combine(op, f"%r{w}l", f"%r{w}h", "float", f"%r{w}")
+        else:
+            L += [f"  %r{w}l = shufflevector {vt} {acc}, {vt} poison, <{h} x i32> <{lo}>",
+                  f"  %r{w}h = shufflevector {vt} {acc}, {vt} poison, <{h} x i32> <{hi}>"]  # fmt: skip
+            L += _combine(op, f"%r{w}l", f"%r{w}h", f"<{h} x float>", f"%r{w}")
+        acc, w = f"%r{w}", h
+    L += ["  br label %scheck", "scheck:", "  %u = phi i64 [%t, %reduce], [%un, %sloop]"]
+    L += [f"  %r = phi float [{acc}, %reduce], [%rn, %sloop]", "  %more = icmp slt i64 %u, %n"]
+    L += ["  br i1 %more, label %sloop, label %done", "sloop:", "  %uo = mul i64 %u, 4", "  %ua = add i64 %x, %uo"]
+    L += [*_ptr("%up", "%ua"), "  %uv = load float, ptr %up, align 4", *_combine(op, "%r", "%uv", "float", "%rn")]
+    L += ["  %un = add i64 %u, 1", "  br label %scheck", "done:", *_ptr("%op", "%out")]
+    L += ["  store float %r, ptr %op, align 4", "  ret void", "}"]
+    return "\n".join(L) + "\n"
+
+
 def loop_end(W: int) -> list[str]:
     """The end of a function whose one loop steps %t by W lanes until %n (its phi names %tn), then returns."""
     return [f"  %tn = add i64 %t, {W}", "  %more = icmp slt i64 %tn, %n", "  br i1 %more, label %loop, label %exit",
