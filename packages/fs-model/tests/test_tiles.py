@@ -80,6 +80,13 @@ def test_vnni_groups_of_32_walk_super_blocks_in_their_own_order(tiled, name):
     assert rel_err(got, int8_activation_contract(w, x)) < 1e-5
     assert not np.array_equal(got, tiles.matmul("q4i", w, x))
     assert tiles.widest("q4i", 1024 + 64, 32) == "q4i"  # not a whole number of super-blocks: the AVX2 tile
+    from fs_model.cpu import tile_calls, vnni_superblock
+    from fs_model.cpu.integer_tiles import quantize_rows
+
+    xq, _ = quantize_rows(x, 32)  # the compiled call arranges the rows as Tiled.prepare does (grouped experts')
+    arranged = np.empty_like(xq)
+    tile_calls._arrange(xq, arranged)
+    assert np.array_equal(arranged, vnni_superblock.arrange(xq))
 
 
 @pytest.mark.parametrize("kind", ["q8", "q8w"])

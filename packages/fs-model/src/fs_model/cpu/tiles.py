@@ -258,15 +258,17 @@ class Tiled:
         return tile_calls.TileCall(self.prep, self.G, tiled, single, [p.n for p in parts], self.counts)
 
     def prepare(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(the rows as the tiles read them, their side data): each row's own, whatever else is in X."""
-        if self.kind == "bf16d":  # each activation rounded to bf16 (bf16_dot_tiles.py)
+        """(the rows as the tiles read them, their side data): each row's own, whatever else is in X. ``self.prep``
+        decides, as it does inside the compiled call (tile_calls._run; this is for callers that gather the prepared
+        rows first: grouped experts, experts.py)."""
+        if self.prep == tile_calls.BF16:  # each activation rounded to bf16 (bf16_dot_tiles.py)
             return to_bf16(X), NO_SIDE
-        if self.kind in INTEGER:  # int8 activations per group, [scales | sums] per row (integer_tiles.py)
+        if self.prep in (tile_calls.INT8, tile_calls.ARRANGED):  # int8 per group, [scales | sums] per row
             xq, side = quantize_rows(X, self.G)
-            if self.family == "q4iw32":  # in its planes' order
+            if self.prep == tile_calls.ARRANGED:  # in the VNNI planes' order (vnni_superblock.py)
                 xq = vnni_superblock.arrange(xq)
             return xq, side
-        if self.kind in ("q8", "q4", "q8w", "q4w"):  # each row's group sums, for the bias term (float_tiles.py)
+        if self.prep == tile_calls.SUMS:  # each row's group sums, for the bias term (float_tiles.py)
             side = np.empty((X.shape[0], self.k // self.G), np.float32)
             tile_loops._group_sums(X, self.G, side)
             return X, side
