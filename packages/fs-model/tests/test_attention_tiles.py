@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from fs_model import cpu
-from fs_model.cpu import attention, attention_calls, attention_tiles
+from fs_model.cpu import attention, attention_calls, softmax_tiles
 from fs_model.cpu.threads import pinned
 
 pytestmark = pytest.mark.kernels
@@ -100,7 +100,7 @@ def test_exp_is_within_2_ulp_and_zero_below_the_floor():
     normal = want > 1.2e-38
     ulp = np.abs(p[:n][normal] - want[normal]) / np.spacing(want[normal].astype(np.float32)).astype(np.float64)
     assert ulp.max() <= 2.0, f"exp is {ulp.max():.2f} ulp off"
-    assert np.all(p[:n][x < attention_tiles.EXP_FLOOR] == 0.0)
+    assert np.all(p[:n][x < softmax_tiles.EXP_FLOOR] == 0.0)
 
 
 @pytest.mark.parametrize("S", [1, 5, 40])

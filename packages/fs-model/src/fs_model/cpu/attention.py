@@ -184,7 +184,7 @@ if HAVE_NUMBA:
                 for j in range((qi - q0) * G, (qi - q0 + 1) * G):
                     if blind:
                         s[j, lo:Ti] = 0.0
-                    if fns[10] != 0:  # the row's max in IR (attention_tiles.row_reduce), else the lanes loop
+                    if fns[10] != 0:  # the row's max in IR (softmax_tiles.row_reduce), else the lanes loop
                         at = np.int64(s.ctypes.data) + (j * s.shape[1] + lo) * 4
                         call_address(fns[10], (at, np.int64(Ti - lo), np.int64(mb.ctypes.data)))  # type: ignore[call-arg]
                     else:

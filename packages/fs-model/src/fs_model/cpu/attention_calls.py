@@ -15,8 +15,9 @@ import ctypes
 import numpy as np
 
 from . import FEATURES, HAVE_NUMBA, SWITCHES
-from .attention_tiles import DECLARATIONS, exp_shifted, row_reduce, scores, weighted
+from .attention_tiles import DECLARATIONS, scores, weighted
 from .llvm_ir import compile_ir
+from .softmax_tiles import exp_shifted, row_reduce
 from .tiles import WIDE_FEATURES  # the matrix tiles' 16-lane set: attention goes wide where they do
 
 TILE = 64  # keys a tile: widened once (bf16 without the IR, quantized) into a buffer that stays in L1

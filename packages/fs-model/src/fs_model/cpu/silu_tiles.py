@@ -8,7 +8,7 @@ the same bits. Hand-written IR is the same machine code for every caller: one ve
 
     out[j] = g[j] / (1 + exp_poly(-g[j])) · u[j]        j < n, n a multiple of W
 
-where exp_poly is attention_tiles' (Cephes' polynomial, within 2 ulp of exp; 0 below -87.3) and an argument above
+where exp_poly is softmax_tiles' (Cephes' polynomial, within 2 ulp of exp; 0 below -87.3) and an argument above
 88 gives +inf, so a very negative g gives -0.0 as numpy's silu does.
 
     silu_mul(g, u) -> out             # g, u [..., I] float32: the kernel row by row, or the loop where it is 0
@@ -21,8 +21,9 @@ import numpy as np
 
 from . import HAVE_NUMBA
 from .attention_calls import lanes
-from .attention_tiles import DECLARATIONS, EXP_CEILING, _f, _ptr, _vec, exp_poly, loop_end
+from .attention_tiles import DECLARATIONS, _f, _ptr, _vec
 from .llvm_ir import compile_ir
+from .softmax_tiles import EXP_CEILING, exp_poly, loop_end
 
 _compiled: dict[int, int] = {}
 
