@@ -69,6 +69,30 @@ def test_outputs_equal_plain_decoding_bit_for_bit(models, fmt, monkeypatch):
 
 
 @pytest.mark.kernels
+@pytest.mark.parametrize(
+    "cache_kw",
+    [dict(kv_bits=8, kv_group_size=32), dict(kv_bits=4, kv_group_size=32, quantized_kv_start=47), dict(max_kv_size=49)],
+    ids=["kv8-from-the-prompt", "kv4-from-47", "window-49"],
+)
+def test_a_quantized_or_rotating_cache_gives_the_plain_bits(models, cache_kw, monkeypatch):
+    """The 40-token prompt, 24 tokens: a cache quantized from the prompt on, one quantized once it holds 47
+    positions (a plain run's rows before that read exact K/V, after it codes: no pass may straddle it), and a
+    48-position window that fills at 49 and then drops positions (no pass may then hold more than one row)."""
+    from fs_generate import speculative
+
+    model, tok = models["bf16"]
+    p = prompts(tok)[0]
+    kw = dict(max_new_tokens=24, eos_token_ids=[], **cache_kw)
+    want = generate(model, tok, p, **kw)
+    for wrong_every, k in ((0, 8), (3, 4)):
+        monkeypatch.setattr(speculative, "lookup", drafter(p, want.token_ids, wrong_every))
+        steps = list(Generator(model, tok, p, prompt_lookup_num_tokens=k, **kw).steps())
+        assert [s.token_id for s in steps] == want.token_ids and [s.logprob for s in steps] == want.logprobs
+        drafted = [i for i, s in enumerate(steps) if s.from_draft]
+        assert drafted and (drafted[-1] > 10 if "kv_bits" in cache_kw else drafted[-1] < 10), drafted
+
+
+@pytest.mark.kernels
 def test_stops_inside_an_accepted_run_and_the_caches_end_as_plain(models, monkeypatch):
     from fs_generate import speculative
 

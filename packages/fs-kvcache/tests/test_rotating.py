@@ -53,3 +53,20 @@ def test_a_decode_step_writes_in_place_once_full():
 def test_bad_sizes():
     with pytest.raises(KVCacheError, match="keep < max_size"):
         RotatingKVCache(4, 4)
+
+
+def test_until_it_drops_a_position_it_is_a_dense_cache_that_trims():
+    """Speculative decoding's rollback: a chunk the window holds whole needs no mask beyond causal, and trimming it
+    leaves what the cache held before it; once a position is gone, a trim (which would need it back) is refused."""
+    c = RotatingKVCache(12, 2)
+    c.update_and_fetch(*tagged(0, 5))
+    assert c.chunk_mask(7) is None and c.chunk_mask(8) is not None  # 5 + 7 fits in 12, 5 + 8 does not
+    c.update_and_fetch(*tagged(5, 6))
+    assert c.trim(4) == 4 and c.offset == c.n == 7
+    k, _ = c.update_and_fetch(*tagged(7, 2))  # the trimmed positions are fed again
+    assert k[0, 0, :, 0].astype(int).tolist() == list(range(9))
+    for t in range(9, 14):  # full at 12, then the ring overwrites position 2
+        c.update_and_fetch(*tagged(t, 1))
+    with pytest.raises(KVCacheError, match="has dropped positions"):
+        c.trim(1)
+    assert c.trim(0) == 0

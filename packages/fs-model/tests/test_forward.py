@@ -70,7 +70,7 @@ def test_call_contract_batch_and_logits_to_keep(model):
 
 def test_quantized_checkpoint_runs_dequantized(tmp_path):
     c = config()
-    q = load_model(write_random_checkpoint(tmp_path / "q", c, quantize=8, group_size=32))
+    q = load_model(write_random_checkpoint(tmp_path / "q", c, quantize=8, group_size=32), dtype="float32")
     f = load_model(write_random_checkpoint(tmp_path / "f", c, dtype="float32"))
     # 8-bit codes of the same random weights: logits close, and the argmax mostly agrees
     assert rel_err(q.forward(IDS), f.forward(IDS)) < 0.05

@@ -116,8 +116,8 @@ class Generator:
                 )
         # speculative decoding (speculative.py): k drafts from the context or from a draft model, verified in one pass
         self.drafter, self.num_draft = self._drafter(prompt_lookup_num_tokens, draft_model, num_draft_tokens)
-        if self.drafter is not None and (not use_cache or max_kv_size is not None or kv_bits is not None):
-            raise GenerateError("speculative decoding needs use_cache=True, no max_kv_size and no kv_bits")
+        if self.drafter is not None and not use_cache:
+            raise GenerateError("speculative decoding needs use_cache=True")
         self.limit, self.max_new, self.use_cache, self.prefix_cache = limit, max_new_tokens, use_cache, prefix_cache
         self.rng = np.random.default_rng(seed)
         self.result = Generation([], "", "length", prompt_ids=list(self.prompt))
@@ -240,7 +240,7 @@ class Generator:
         if self.drafter is not None and caches is not None:
             spec = speculative.Speculation(
                 self.model, self.prompt[self.reused :], caches, self.sample, lambda: self.seq, self.num_draft,
-                self.reused, self.drafter, self.room,
+                self.reused, self.drafter, self.room, self.kv_bits,
             )  # fmt: skip
             tokens = spec.tokens()
         else:

@@ -16,6 +16,10 @@ output, only how many tokens one pass confirms.
     choose t_i from L[i] for i = 0, 1, …: emit it; if i < k and t_i == d_{i+1} go on, else stop
     cache  = trimmed back to the emitted tokens (the first one that was not a draft stays pending, unfed)
 
+A pass holds at most ``rows()`` rows (``exact_rows``): as many as read the same K/V, in the same form, as one-token
+steps would - a rotating cache (``max_kv_size``) until its window would cut the pass, a dense cache that ``kv_bits``
+quantizes at ``start`` positions until then; past those points a pass has one row, a plain step.
+
 Every stop rule is the caller's, applied to each emitted token as in plain decoding (``Generator.take``); the
 caller calls ``settle()`` when it stops, so the caches end holding exactly what a plain run's would.
 """
@@ -25,10 +29,11 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from fs_kvcache import to_numpy
+from fs_kvcache import DenseKVCache, RotatingKVCache, to_numpy
 from fs_model import CausalLM
 
 from .errors import GenerateError
+from .kv_bits import KVBits
 from .sampling import logprob
 from .step import prefill, tokens_for
 
@@ -51,6 +56,19 @@ def check(model: CausalLM, k: int, name: str = "prompt_lookup_num_tokens", low: 
             f"{name} needs a batch-invariant model (bf16 / int8 / int4 weights on the CPU kernels, "
             "the default for kept weights): on this one verifying drafts in one pass would change the output"
         )
+
+
+def exact_rows(caches: Sequence[Any], kv_bits: KVBits | None) -> int:
+    """The most rows the next pass over ``caches`` may hold with each row reading what a one-token step would: a
+    rotating cache's window must not cut the pass (it has then dropped nothing: a dense cache, the same kernels);
+    a dense cache that ``kv_bits`` will quantize must reach ``start`` positions at the pass's end at most (a plain
+    run's rows from ``start`` on read codes). At least 1: a plain step."""
+    c = caches[0]
+    if isinstance(c, RotatingKVCache):
+        return max(1, c.max_size - c.n)
+    if kv_bits is not None and type(c) is DenseKVCache:
+        return max(1, kv_bits.start - c.offset)
+    return MAX_DRAFT + 1
 
 
 def lookup(seq: Sequence[int], k: int) -> list[int]:
@@ -76,7 +94,8 @@ def prompt_lookup(seq: Sequence[int], k: int) -> list[int]:
 class Speculation:
     """``tokens()`` yields ``(token, logprob, from_draft)`` after ``prompt_ids`` are prefilled at ``offset``; the
     caller applies its rules between tokens. Drafts are made from ``context()``, read after each emitted token, at
-    most ``min(k, room())`` of them (``room``: tokens the request may still emit after the next one)."""
+    most ``min(k, room())`` of them (``room``: tokens the request may still emit after the next one); ``kv_bits``
+    quantizes the caches when a plain run's would be (after the prompt's passes, and after each pass's trim)."""
 
     def __init__(
         self,
@@ -89,21 +108,22 @@ class Speculation:
         offset: int = 0,
         draft: Drafter = prompt_lookup,
         room: Callable[[], int] = lambda: MAX_DRAFT,
+        kv_bits: KVBits | None = None,
     ):
         self.model, self.prompt, self.caches, self.sample = model, list(prompt_ids), caches, sample
-        self.context, self.draft, self.room = context, draft, room
+        self.context, self.draft, self.room, self.kv_bits = context, draft, room, kv_bits
         self.k, self.offset = k, offset
         self.budget = k  # drafts asked for in the next pass (1..k: shrinks while guesses fail)
         self.excess = 0  # cache positions past the emitted tokens (drafts fed but not emitted yet)
         self.passes = self.drafted = self.accepted = 0
 
     def tokens(self) -> Iterator[tuple[int, float, bool]]:
-        logits, self.passes = prefill(self.model, self.prompt, self.caches, self.offset)
+        logits, self.passes = prefill(self.model, self.prompt, self.caches, self.offset, after_pass=self.kv_bits)
         at = self.offset + len(self.prompt)
         token = self.sample(logits)
         yield token, logprob(logits, token), False
         while True:
-            k = min(self.budget, self.room())
+            k = min(self.budget, self.room(), exact_rows(self.caches, self.kv_bits) - 1)
             drafts = self.draft(self.context(), k) if k > 0 else []
             feed = [token, *drafts]
             out = self.model(tokens_for(self.model, [feed]), at, self.caches, logits_to_keep=len(feed))
@@ -123,6 +143,8 @@ class Speculation:
                 confirmed = len(feed) - 1 - self.excess == len(drafts)
                 self.budget = min(self.k, self.budget + 2) if confirmed else max(1, self.budget - 1)
             self.settle()
+            if self.kv_bits is not None:  # after the trim: quantize when a plain run's caches would be
+                self.kv_bits(self.model, self.caches)
 
     def settle(self) -> None:
         """Trim the drafts fed past the last emitted token (a stop inside an accepted run, or a rejection)."""

@@ -11,7 +11,7 @@ from .paged import BlockPool, PagedKVCache
 from .prompt_cache import identity_string, load_prompt_cache, save_prompt_cache
 from .quantized import KV_BITS, QuantizedKVCache
 from .radix import RadixPrefixCache
-from .rotating import RotatingKVCache
+from .rotating import RotatingKVCache, chunk_window
 
 __version__ = "0.1.0"
 __all__ = [
@@ -28,6 +28,7 @@ __all__ = [
     "QuantizedKVCache",
     "RadixPrefixCache",
     "RotatingKVCache",
+    "chunk_window",
     "identity_string",
     "is_mlx",
     "load_prompt_cache",

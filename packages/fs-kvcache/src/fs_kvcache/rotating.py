@@ -13,6 +13,10 @@ window slot in place (a ring over slots ``keep .. max_size-1``, next write at ``
 O(1), not a copy of the window. A one-token step attends without a mask, so the ring's order does not matter; a
 multi-token step first puts the buffer back in temporal order (its causal mask needs it), appends, and may hold
 more than ``max_size`` until the next one-token step trims back.
+
+Until it first drops a position (``offset <= max_size``) the cache is a dense one: a chunk that fits needs no mask
+beyond causal (``chunk_mask`` says None, and a model runs its dense-cache kernels, with their bits), and ``trim``
+takes positions back (speculative decoding's rollback). After that, trimming would need positions already gone.
 """
 
 from typing import Any
@@ -26,6 +30,12 @@ from .errors import KVCacheError
 STEP = 256
 
 
+def chunk_window(cache: Any, S: int) -> np.ndarray | None:
+    """What a model asks before feeding S tokens to ``cache``: a rotating cache's ``chunk_mask`` where its window
+    hides keys a causal mask would show, else None (one token, any other cache, a chunk the window holds whole)."""
+    return cache.chunk_mask(S) if S > 1 and hasattr(cache, "chunk_mask") else None
+
+
 class RotatingKVCache:
     def __init__(self, max_size: int, keep: int = 4):
         if type(max_size) is not int or type(keep) is not int or not 0 <= keep < max_size:
@@ -36,11 +46,14 @@ class RotatingKVCache:
         self._idx = keep  # next ring write; == keep whenever the slots are in temporal order
         self.offset = 0  # positions fed so far
 
-    def chunk_mask(self, S: int) -> np.ndarray:
+    def chunk_mask(self, S: int) -> np.ndarray | None:
         """Asked before a multi-token update: which keys each of the S new queries may see, ``[S, n_old + S]``
         over the keys that update returns (``n_old`` kept positions, then the S new). mlx-lm's windowed causal
         mask: query i sees key j when j <= n_old + i and j > n_old + i - max_size - the window slides over the
-        chunk too, and past ``max_size`` the kept first positions drop out of it."""
+        chunk too, and past ``max_size`` the kept first positions drop out of it. None when the window hides
+        nothing a causal mask shows (the chunk fits: ``n + S <= max_size``)."""
+        if self.n + S <= self.max_size:
+            return None
         n_old = min(self.n, self.max_size - 1)
         i, j = np.arange(S)[:, None] + n_old, np.arange(n_old + S)[None]
         return (j <= i) & (j > i - self.max_size)
@@ -62,6 +75,20 @@ class RotatingKVCache:
         self._update(keys, values)
         assert self._buf is not None
         return self._buf[0], self._buf[1], self.n
+
+    def trim(self, n: int) -> int:
+        """Forget the last ``n`` positions, while the cache has dropped none (``offset == `` its visible count):
+        then it holds them in temporal order and what is left is what the cache held before they were fed."""
+        if type(n) is not int or n < 0 or n > self.n:
+            raise KVCacheError(f"cannot trim {n!r} positions from a rotating cache holding {self.n}")
+        if n and self.offset != self.n:
+            raise KVCacheError(
+                f"a rotating cache that has dropped positions (offset {self.offset}, {self.n} visible) cannot be"
+                " trimmed: the positions before the trimmed ones are gone"
+            )
+        self.n -= n
+        self.offset -= n
+        return n
 
     def _update(self, keys: Any, values: Any) -> None:
         _check_pair(keys, values)

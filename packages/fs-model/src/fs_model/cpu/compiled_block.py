@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from fs_kvcache import PagedLayer
+from fs_kvcache import PagedLayer, chunk_window
 
 from ..numpy.linear import timed
 from . import HAVE_NUMBA
@@ -196,7 +196,7 @@ class CompiledBlock(InvariantBlock):
         p = self.plan
         dense = cache is None or (hasattr(cache, "update_and_fetch_buffers") and not getattr(cache, "bits", 0))
         covered = dense or isinstance(cache, PagedLayer)
-        if p is None or not covered or (x.shape[1] > 1 and hasattr(cache, "chunk_mask")):
+        if p is None or not covered or chunk_window(cache, x.shape[1]) is not None:
             return super().__call__(x, tables, cache, pad)
         return self._compiled(x, tables, cache, pad)
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from fs_kvcache import PagedLayer
+from fs_kvcache import PagedLayer, chunk_window
 
 from ..numpy.attention import Attention
 from ..numpy.block import Block
@@ -61,7 +61,7 @@ class FusedAttention(Attention):
         self, x: np.ndarray, tables: tuple[np.ndarray, np.ndarray], cache: Any = None, pad: np.ndarray | None = None
     ) -> np.ndarray:
         B, S, _ = x.shape
-        if S != 1 and (not self.all_steps or hasattr(cache, "chunk_mask")):  # a rotating chunk: windowed mask
+        if S != 1 and (not self.all_steps or chunk_window(cache, S) is not None):  # a rotating window cuts it
             return super().__call__(x, tables, cache, pad)
         q, k, v = self.project(x)
         q = fused.norm_rope(q.reshape(B, S, self.nh, self.D), self.q_norm, self.eps, *tables)

@@ -9,7 +9,7 @@ from typing import Any
 import mlx.core as mx
 import numpy as np
 
-from fs_kvcache import BlockPool, KVStore, PagedBatch, PagedLayer
+from fs_kvcache import BlockPool, KVStore, PagedBatch, PagedLayer, chunk_window
 from fs_weights import Checkpoint, Qwen3Config
 
 from ..errors import ModelError
@@ -278,8 +278,9 @@ class MlxModel(Model):
         S = tokens.shape[1]
         rope_offset: Any = int(offset)
         mask: Any = "causal" if S > 1 else None
-        if S > 1 and caches is not None and hasattr(caches[0], "chunk_mask"):  # a rotating cache's window
-            mask = mx.array(caches[0].chunk_mask(S))
+        window = chunk_window(caches[0], S) if caches is not None else None
+        if window is not None:  # a rotating cache's window hides keys a causal mask would show
+            mask = mx.array(window)
         if pad is not None:  # per-row positions and a mask hiding each row's left padding
             rope_offset = mx.array((int(offset) - pad).tolist())
             T = int(offset) + S

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from fs_kvcache import PagedLayer
+from fs_kvcache import PagedLayer, chunk_window
 from fs_weights import bf16_to_f32, f32_to_bf16
 
 from .kv_quant import dequantize_kv, quantize_kv
@@ -49,7 +49,7 @@ class Attention:
         if isinstance(cache, PagedLayer):
             return self.wo(self._paged(q, k, v, cache).transpose(0, 2, 1, 3).reshape(B, S, self.nh * self.D))
         # a rotating cache's chunk: which keys each query sees (a sliding window), asked before the update
-        allowed = cache.chunk_mask(S) if S > 1 and hasattr(cache, "chunk_mask") else None
+        allowed = chunk_window(cache, S)
         bits = getattr(cache, "bits", 0)
         if bits:  # a QuantizedKVCache: the new positions as codes in, the history dequantized out
             K, V = cache.update_and_fetch(self.quantize_kv(k, cache), self.quantize_kv(v, cache))
