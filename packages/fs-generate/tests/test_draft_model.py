@@ -26,6 +26,17 @@ def models(tiny_dir):
     return bf16, int4, tok
 
 
+@pytest.fixture(scope="module")
+def unrelated(tmp_path_factory):
+    """Another random model with the same vocabulary: its guesses are almost never the target's."""
+    from fs_model import load_model
+    from fs_weights import preset, write_random_checkpoint
+
+    d = write_random_checkpoint(tmp_path_factory.mktemp("other") / "m", preset("tiny", tie_word_embeddings=False),
+                                dtype="bfloat16", seed=7)  # fmt: skip
+    return load_model(d)
+
+
 def motif_prompt(seed=11):
     motif = np.random.default_rng(seed).integers(0, 150000, 12).tolist()
     return motif * 3 + motif[:4]
@@ -37,18 +48,29 @@ def same(got, want):
 
 
 @pytest.mark.kernels
-def test_a_draft_model_never_changes_the_output(models):
-    target, int4, tok = models
+def test_a_draft_model_never_changes_the_output(models, unrelated, tiny_dir):
+    from fs_generate import load
+
+    bf16, int4, tok = models
+    int8, _ = load(str(tiny_dir), quantize="int8")
     p = motif_prompt()
-    for kw in (dict(), SAMPLED):
+    cases = (  # (target, sampling, [(draft, k)]): each target format drafted by itself, its int4 self, another model
+        (bf16, dict(), [(int4, 3), (bf16, 1), (bf16, 5), (unrelated, 4)]),
+        (bf16, SAMPLED, [(int4, 3), (bf16, 5)]),
+        (int8, dict(), [(int8, 5), (unrelated, 4)]),
+        (int4, SAMPLED, [(int4, 2)]),
+    )
+    for target, kw, drafts in cases:
         want = generate(target, tok, p, max_new_tokens=20, eos_token_ids=[], **kw)
-        for draft, k in ((int4, 3), (target, 1), (target, 5)):
+        for draft, k in drafts:
             got = generate(target, tok, p, max_new_tokens=20, eos_token_ids=[], draft_model=draft, num_draft_tokens=k,
                            **kw)  # fmt: skip
             assert same(got, want), (kw, k)
             assert got.accepted_tokens <= got.drafted_tokens
             if draft is target and not kw:  # its own greedy guesses: all confirmed (a cache off by one is not)
                 assert got.accepted_tokens == got.drafted_tokens >= 20 - got.forward_passes
+            if draft is unrelated:  # another model's guesses: almost none confirmed, the output still the target's
+                assert got.accepted_tokens <= got.drafted_tokens // 4, (got.accepted_tokens, got.drafted_tokens)
 
 
 @pytest.mark.kernels

@@ -1,4 +1,6 @@
-"""The bf16 CPU kernels against the float32 reference: every Qwen3-0.6B matrix shape and some odd ones."""
+"""The bf16 CPU kernels against the float32 reference: every Qwen3-0.6B matrix shape and some odd ones. In the
+kernels session (`nox -s kernels`: fs-model[fast], once per ISA), where their compiles are shared with the other
+kernel tests - in the package's own quick session they compiled the same kernels a second time (~40 s)."""
 
 import numpy as np
 import pytest
@@ -9,6 +11,8 @@ from fs_model.cpu.affine import AffineLinear, quantize_affine
 from fs_model.cpu.bf16 import Bf16Linear
 from fs_weights import bf16_to_f32, f32_to_bf16, write_random_checkpoint
 from model_helpers import config, rel_err
+
+pytestmark = pytest.mark.kernels
 
 SHAPES = {
     "q_proj": (2048, 1024),
@@ -91,7 +95,7 @@ def test_bf16_models_keep_a_bf16_kv_cache(tmp_path):
         load_model(d, kv_dtype="float16")
 
 
-@pytest.mark.kernels  # the kernels session installs fs-model[fast]; numba's absence there is a failure
+# the kernels session installs fs-model[fast]; numba's absence there is a failure
 @pytest.mark.parametrize("name", list(SHAPES))
 def test_numba_kernel_itself(reference, name):
     reference("numba")
@@ -153,7 +157,6 @@ def test_quantize_at_load_int8_is_close(tmp_path):
         load_model(d, quantize="int3")
 
 
-@pytest.mark.kernels
 @pytest.mark.parametrize("bits", [4, 8])
 def test_numba_quantized_kernels_themselves(reference, monkeypatch, bits):
     reference("numba")
