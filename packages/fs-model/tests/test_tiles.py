@@ -83,7 +83,7 @@ def test_vnni_groups_of_32_walk_super_blocks_in_their_own_order(tiled, name):
     from fs_model.cpu import tile_calls, vnni_superblock
     from fs_model.cpu.integer_tiles import quantize_rows
 
-    xq, _ = quantize_rows(x, 32)  # the compiled call arranges the rows as Tiled.prepare does (grouped experts')
+    xq, _ = quantize_rows(x, 32)  # the compiled call arranges the rows as vnni_superblock.arrange says
     arranged = np.empty_like(xq)
     tile_calls._arrange(xq, arranged)
     assert np.array_equal(arranged, vnni_superblock.arrange(xq))

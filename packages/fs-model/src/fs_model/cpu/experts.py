@@ -1,21 +1,23 @@
-"""Qwen3-MoE's experts on the tiles in two kernel calls per layer, whatever the number of experts chosen.
+"""Qwen3-MoE's chosen experts in one compiled call per layer, whatever the number of experts chosen.
 
 Why: the reference loop (numpy/moe.py) multiplies each chosen expert's three matrices in their own calls. At batch
 1 with 8 of 128 experts that is 24 calls per layer, each a few tens of microseconds of which a large part is the
-Python around the kernel (preparing the activations, the thread contest, numpy's dispatch) rather than the kernel
-itself (measured on Qwen3-30B-A3B's shapes: the compiled loop was 57 % of the layer). Here every chosen expert's
-gate and up rows run in one call and their down rows in a second; the activations are prepared once.
-
-The contract is the reference's bits. Each (token, rank) pair becomes one input row of its expert, and every row
-goes through exactly the tile chain it would take in that expert's own call (the tiles are batch invariant: a
-row's result does not depend on the other rows in a call, tiles.py), so grouping changes the calls, never a bit:
+Python around the kernel. Two grouped tile calls (every expert's gate and up rows, then every down row) cut that
+to two, but the numpy between them - sorting the (token, rank) pairs, preparing the activations twice, SiLU, the
+scatter and the weighted sum - was still 0.3 of a 1.2 ms layer (Q4_0 at Qwen3-30B-A3B's shapes, Zen 4). Here all
+of it after the router is one numba call:
 
     pairs  = the T·k (token, rank) pairs, sorted by expert (stable)      R = T·k rows
-    groups = (expert, first input row, first output row, rows)           int64 [g, 4], one per chosen expert
+    groups = (expert, first pair, rows)                                  one per chosen expert
     gu     = tiles(gate ‖ up)(x[pairs' tokens])    [2R, I]    gate rows at 0.., up rows at R.. (experts E..2E-1)
-    h      = silu(gu[:R]) ⊙ gu[R:]                 [R, I]
-    d      = tiles(down)(h)                        [R, H]     scattered back to picked [T, k, H], then mixed
-                                                              in rank order exactly as the reference mixes
+    h      = silu(gu[:R]) · gu[R:]                 [R, I]     silu_tiles' kernel, as FusedMLP's
+    d      = tiles(down)(h)                        [R, H]
+    y[t]   = d[pair (t, 0)]·w[t, 0] + d[pair (t, 1)]·w[t, 1] + …   in rank order, as SparseMoE.mix
+
+The contract is the reference loop's bits over the same experts (``FusedMLP``s: their gate | up call, SiLU kernel and
+down call). Each pair is one input row of its expert, and every row goes through exactly the tile chain it would
+take in that expert's own call (the tiles are batch invariant: a row's result does not depend on the other rows in
+a call, tiles.py), so grouping changes the calls, never a bit (tests/test_grouped_experts.py).
 
 It applies where every expert matrix of the layer runs on the tiles in the same kind, shape and strides (the
 experts of one checkpoint do); otherwise the layer keeps the reference loop.
@@ -27,38 +29,89 @@ from typing import Any
 import numpy as np
 
 from ..numpy.linear import Linear, timed
-from ..numpy.mlp import MLP, silu
+from ..numpy.mlp import MLP
 from ..numpy.moe import SparseMoE, route
 from . import HAVE_NUMBA
+from .decode_step import FusedMLP
+from .silu_tiles import kernel as silu_kernel
 from .threads import bucket, fan_out
 from .tile_loops import BLOCK, panel_set
-from .tiles import NO_SIDE, Tiled
+from .tiles import Tiled
 
 if HAVE_NUMBA:
-    from numba import njit, prange
+    from numba import njit
 
-    from .tile_loops import panels
+    from .silu_tiles import _silu_mul
+    from .tile_calls import _run
 
-    @njit(parallel=True, cache=True)
-    def _drive_groups(fns, NRs, PW, sw, PS, PB, sg, groups, X, A, out, n, G, P):  # pragma: no cover - compiled
-        """Work items are (group, BLOCK weight rows): a group's input rows against its expert's rows lo..hi,
-        written at its output rows (``panels``, as ``tile_calls._walk`` runs a matrix's blocks)."""
-        px, sx, pa, sa = X.ctypes.data, X.strides[0], A.ctypes.data, A.strides[0]
-        po, so = out.ctypes.data, out.strides[0]
+    @njit(cache=True)
+    def _items(groups, n, E, R):  # pragma: no cover - compiled
+        """``tile_calls._run``'s work items: each group's BLOCK weight rows of its expert e against its own rows,
+        written at the same rows of the output; with E > 0 also expert E + e's, written R rows further down."""
         blocks = (n + BLOCK - 1) // BLOCK
-        for item in prange(groups.shape[0] * blocks):
-            g, blk = item // blocks, item % blocks
-            e, first_in, first_out, m = groups[g, 0], groups[g, 1], groups[g, 2], groups[g, 3]
-            lo, hi = blk * BLOCK, min(n, blk * BLOCK + BLOCK)
-            x, a, o = px + first_in * sx, pa + first_in * sa, po + first_out * so
-            panels(fns, NRs, lo, hi, m, PW[e], sw, PS[e], PB[e], sg, x, sx, a, sa, o, so, G, P)
+        sides = 2 if E > 0 else 1
+        items = np.empty((groups.shape[0] * blocks * sides, 6), np.int64)
+        b = 0
+        for side in range(sides):
+            for g in range(groups.shape[0]):
+                e, first, rows = groups[g, 0], groups[g, 1], groups[g, 2]
+                for blk in range(blocks):
+                    items[b, 0], items[b, 1], items[b, 2], items[b, 3] = e + side * E, blk * BLOCK, first, rows
+                    items[b, 4], items[b, 5] = 0, first + side * R
+                    b += 1
+        return items
+
+    @njit(cache=True)
+    def _experts(gate_up, down, silu, E, X, top, weight):  # pragma: no cover - compiled
+        """y [T, H] for the rows X [T, H] routed to ``top`` [T, k] with ``weight`` [T, k] (the module docstring).
+        ``gate_up`` / ``down``: (prep, G, one-row tiles, NRs, many-row tiles, NRs, params, ns, outer, inner)."""
+        T, k = top.shape
+        H, R = X.shape[1], T * k
+        flat = top.reshape(R)
+        order = np.argsort(flat, kind="mergesort")  # stable: a token's pairs in rank order within an expert
+        at = np.empty(R, np.int64)  # at[pair] = its row among the sorted pairs
+        groups = np.empty((R, 3), np.int64)
+        ng, most = 0, 0
+        for r in range(R):
+            at[order[r]] = r
+            e = flat[order[r]]
+            if ng == 0 or groups[ng - 1, 0] != e:
+                groups[ng, 0], groups[ng, 1], groups[ng, 2] = e, r, 0
+                ng += 1
+            groups[ng - 1, 2] += 1
+            most = max(most, groups[ng - 1, 2])
+        groups = groups[:ng]
+        rows = np.empty((R, H), np.float32)
+        for r in range(R):
+            src = order[r] // k
+            for j in range(H):  # (a loop: a slice assignment costs seconds of compilation)
+                rows[r, j] = X[src, j]
+        prep, G, f1, N1, fm, Nm, params, ns, outer, inner = gate_up
+        fns, NRs = (f1, N1) if most <= 1 else (fm, Nm)  # a batch-1 step: each expert's weights for one row
+        I = ns[0]
+        gu = np.empty((2 * R, I), np.float32)
+        _run(prep, G, fns, NRs, params, ns, _items(groups, I, E, R), outer, inner, rows, gu)
+        h = np.empty((R, I), np.float32)
+        _silu_mul(silu, gu[:R], gu[R:], h)
+        prep, G, f1, N1, fm, Nm, params, ns, outer, inner = down
+        fns, NRs = (f1, N1) if most <= 1 else (fm, Nm)
+        d = np.empty((R, H), np.float32)
+        _run(prep, G, fns, NRs, params, ns, _items(groups, H, 0, 0), outer, inner, h, d)
+        y = np.empty((T, H), np.float32)
+        for t in range(T):
+            p, w = at[t * k], weight[t, 0]
+            for j in range(H):
+                y[t, j] = d[p, j] * w
+            for r in range(1, k):
+                p, w = at[t * k + r], weight[t, r]
+                for j in range(H):
+                    y[t, j] = y[t, j] + d[p, j] * w
+        return y
 
 
 class ExpertTiles:
-    """Several matrices of one kind, shape and strides on the tiles, multiplied by groups of rows in one call.
-
-    ``prepare(rows, take)`` -> the activations as the tiles read them (rows[take], with their side data), made
-    once per row; ``self(X, side, groups, R) -> [R, n]``, each group's rows against its own matrix."""
+    """Several matrices of one kind, shape and strides on the tiles: ``args()`` is what ``_experts`` needs to
+    multiply groups of rows by them, each group by its own matrix."""
 
     def __init__(self, tables: Sequence[Tiled]):
         t = self.first = tables[0]
@@ -69,28 +122,10 @@ class ExpertTiles:
         if any(layout(u) != layout(t) for u in tables):
             raise ValueError("the matrices differ in kind, shape or strides")
         self.tables = list(tables)  # keeps every matrix (and the arrays whose addresses are below) alive
-        addresses = np.array([u.weights for u in tables], np.int64)
-        self.PW, self.PS, self.PB = (np.ascontiguousarray(addresses[:, j]) for j in (0, 2, 3))
-        self.sw, self.sg = t.weights[1], t.weights[4]
-
-    def prepare(self, rows: np.ndarray, take: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-        X, side = self.first.prepare(rows)  # per row: gathering afterwards moves the same bits
-        if take is None:
-            return X, side
-        return X[take], side if side is NO_SIDE else side[take]
-
-    def __call__(self, X: np.ndarray, side: np.ndarray, groups: np.ndarray, R: int) -> np.ndarray:
-        return timed(self._run, X, side, groups, R)
-
-    def _run(self, X: np.ndarray, side: np.ndarray, groups: np.ndarray, R: int) -> np.ndarray:
-        t = self.first
-        out = np.empty((R, t.n), np.float32)
-        key = ("experts", t.kind, (t.n, t.k), bucket(X.shape[0]))
-        one = int(groups[:, 3].max(initial=0)) <= 1  # a batch-1 step: each expert's weights for one row, from memory
-        fns, NRs = panel_set(t.fns, t.NRs, 1 if one else X.shape[0])
-        fan_out(key, _drive_groups, fns, NRs, self.PW, self.sw, self.PS, self.PB, self.sg, groups, X, side, out,
-                t.n, *t.counts)  # fmt: skip
-        return out
+        params = np.ascontiguousarray(np.array([u.weights for u in tables], np.int64))
+        ns = np.full(len(tables), t.n, np.int64)
+        one, many = panel_set(t.fns, t.NRs, 1), panel_set(t.fns, t.NRs, 2)
+        self.args = (t.prep, t.G, *one, *many, params, ns, *t.counts)
 
 
 def expert_tiles(layers: Sequence[Linear]) -> ExpertTiles | None:
@@ -104,29 +139,28 @@ def expert_tiles(layers: Sequence[Linear]) -> ExpertTiles | None:
         return None
 
 
+def _fused(e: MLP) -> MLP:
+    """An expert as ``FusedMLP`` (gate | up in one call, the SiLU kernel): the loop then gives the grouped bits."""
+    return e if isinstance(e, FusedMLP) else FusedMLP({"gate_proj": e.gate, "up_proj": e.up, "down_proj": e.down})
+
+
 class GroupedMoE(SparseMoE):
-    """``SparseMoE`` with every chosen expert's matrices in two tile calls (the module docstring's contract)."""
+    """``SparseMoE`` with every chosen expert in one compiled call (the module docstring's contract)."""
 
     def __init__(self, router: Linear, experts: list[MLP], k: int, normalize: bool):
-        super().__init__(router, experts, k, normalize)
-        self.gate_up = expert_tiles([e.gate for e in experts] + [e.up for e in experts])
-        self.down = expert_tiles([e.down for e in experts])
+        super().__init__(router, [_fused(e) for e in experts], k, normalize)
+        self.gate_up = expert_tiles([e.gate for e in self.experts] + [e.up for e in self.experts])
+        self.down = expert_tiles([e.down for e in self.experts])
+        self.silu = silu_kernel(self.down.first.k) if self.down is not None else 0
 
     def __call__(self, x: np.ndarray) -> Any:
         if self.gate_up is None or self.down is None:
             return super().__call__(x)
-        shape, E = x.shape, len(self.experts)
+        shape = x.shape
         rows = np.ascontiguousarray(x.reshape(-1, shape[-1]), dtype=np.float32)
         top, weight = route(self.router(rows), self.k, self.normalize)
-        flat = top.reshape(-1)
-        order = np.argsort(flat, kind="stable")  # the (token, rank) pairs, expert by expert
-        chosen, first, count = np.unique(flat[order], return_index=True, return_counts=True)
-        R = flat.size
-        groups = np.stack([chosen, first, first, count], axis=1).astype(np.int64)
-        X, side = self.gate_up.prepare(rows, order // self.k)
-        gu = self.gate_up(X, side, np.concatenate([groups, groups + np.array([E, 0, R, 0])]), 2 * R)
-        h = silu(gu[:R]) * gu[R:]
-        d = self.down(*self.down.prepare(h), groups, R)
-        picked = np.empty((R, shape[-1]), np.float32)
-        picked[order] = d
-        return self.mix(picked.reshape(-1, self.k, shape[-1]), weight).reshape(shape)
+        t = self.gate_up.first
+        key = ("experts", t.kind, (t.n, t.k), bucket(rows.shape[0]))
+        y = timed(fan_out, key, _experts, self.gate_up.args, self.down.args, self.silu, len(self.experts), rows,
+                  np.ascontiguousarray(top), np.ascontiguousarray(weight))  # fmt: skip
+        return y.reshape(shape)

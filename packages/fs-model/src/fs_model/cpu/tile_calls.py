@@ -16,8 +16,10 @@ What a kind reads (``PREP``, decided once per matrix by ``tiles.Tiled``):
 
 Every step is the one the Python path made, on the same values, so no bit moves (the tile tests compare both).
 One call may cover several matrices that read the same rows (a layer's q/k/v, gate/up: tile_groups.py); a single
-matrix is a group of one. Work item b is block ``blocks[b] = (matrix, first row)``: BLOCK weight rows of one
-matrix against all of X's rows; matrix i's outputs are out's columns ``offsets[i] .. offsets[i] + ns[i]``.
+matrix is a group of one. Work item b is ``items[b] = (matrix i, first weight row, first input row, input rows,
+first output column, first output row)``: BLOCK weight rows of matrix i against that run of X's rows (-1 rows: all
+of them), written from that output row and column. A group's matrix i fills out's columns ``offsets[i] ..
+offsets[i] + ns[i]`` for every row; a MoE layer's experts (compiled_experts.py) give each expert its own rows.
 
     call = TileCall(prep, G, (fns, NRs, params), single, ns, counts)
     call(key, X) -> out [m, Σ ns] float32       # = fan_out(key, _run, *call.args(m), X, out)
@@ -45,15 +47,17 @@ if HAVE_NUMBA:
     from .tile_loops import _group_sums, panels
 
     @njit(parallel=True, cache=True)
-    def _walk(fns, NRs, params, ns, offsets, blocks, m, px, sx, pa, sa, po, so, G, P):  # pragma: no cover - compiled
-        """Every block of ``blocks`` against the m input rows at address px (as the tiles read them, row stride sx;
-        their per-row side data at pa, stride sa), into the float32 rows at po (stride so). Addresses, not arrays:
-        one compiled loop serves every kind's prepared rows (numba would compile one per array type)."""
-        for b in prange(blocks.shape[0]):
-            i, lo = blocks[b, 0], blocks[b, 1]
+    def _walk(fns, NRs, params, ns, items, m, px, sx, pa, sa, po, so, G, P):  # pragma: no cover - compiled
+        """Every item of ``items`` against its input rows of the m at address px (as the tiles read them, row
+        stride sx; their per-row side data at pa, stride sa), into the float32 rows at po (stride so). Addresses, not
+        arrays: one compiled loop serves every kind's prepared rows (numba would compile one per array type)."""
+        for b in prange(items.shape[0]):
+            i, lo, r0, rows, col, o0 = items[b, 0], items[b, 1], items[b, 2], items[b, 3], items[b, 4], items[b, 5]
+            rows = m if rows < 0 else rows
             hi = min(ns[i], lo + BLOCK)
             pw, sw, ps, pb, sg = params[i, 0], params[i, 1], params[i, 2], params[i, 3], params[i, 4]
-            panels(fns, NRs, lo, hi, m, pw, sw, ps, pb, sg, px, sx, pa, sa, po + offsets[i] * 4, so, G, P)
+            x, a, o = px + r0 * sx, pa + r0 * sa, po + o0 * so + col * 4
+            panels(fns, NRs, lo, hi, rows, pw, sw, ps, pb, sg, x, sx, a, sa, o, so, G, P)
 
     @njit(cache=True)
     def _alive(*arrays):  # pragma: no cover - compiled
@@ -72,10 +76,10 @@ if HAVE_NUMBA:
                         out[r, dst + j] = xq[r, src + j]
 
     @njit(cache=True)
-    def _run(prep, G, fns, NRs, params, ns, offsets, blocks, outer, inner, X, out):  # pragma: no cover - compiled
+    def _run(prep, G, fns, NRs, params, ns, items, outer, inner, X, out):  # pragma: no cover - compiled
         """out [m, Σ ns] = the matrices' tiles over X [m, k] float32 (both C-contiguous), prepared by ``prep``."""
         m, k = X.shape
-        walk = fns, NRs, params, ns, offsets, blocks, m
+        walk = fns, NRs, params, ns, items, m
         po, so = out.ctypes.data, out.strides[0]
         none = np.zeros((1, 1), np.float32)  # side data of the kinds that read none
         if prep == BF16:
@@ -117,16 +121,16 @@ class TileCall:
         self, prep: int, G: int, tiles: Tiles, single: Tiles | None, ns: Sequence[int], counts: tuple[int, int]
     ):
         self.ns = np.array(ns, np.int64)
-        self.offsets = np.concatenate([[0], np.cumsum(self.ns)[:-1]]).astype(np.int64)
+        self.offsets = offsets = np.concatenate([[0], np.cumsum(self.ns)[:-1]]).astype(np.int64)
         # blocks interleaved (q's first, k's first, v's first, q's second, ...): each thread streams every matrix
         order = sorted((lo, i) for i, n in enumerate(ns) for lo in range(0, n, BLOCK))
-        self.blocks = np.array([(i, lo) for lo, i in order], np.int64).reshape(-1, 2)
+        self.items = np.array([(i, lo, 0, -1, offsets[i], 0) for lo, i in order], np.int64).reshape(-1, 6)
         self.N = int(self.ns.sum())
 
         def args(t: Tiles, m: int) -> tuple[object, ...]:
             fns, NRs = panel_set(t[0], t[1], m)
             params = np.ascontiguousarray(t[2], np.int64)
-            return prep, G, fns, NRs, params, self.ns, self.offsets, self.blocks, *counts
+            return prep, G, fns, NRs, params, self.ns, self.items, *counts
 
         self.one, self.many = args(tiles, 1), args(tiles, 2)  # a call of one row; every other M walks one set
         self.records = (args(single, 1), args(single, 2)) if single is not None else None

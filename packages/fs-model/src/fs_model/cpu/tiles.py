@@ -41,11 +41,8 @@ from . import (
     integer_tiles,
     packed_codes,
     tile_calls,
-    tile_loops,
     vnni_superblock,
 )
-from .fused import to_bf16
-from .integer_tiles import quantize_rows
 from .llvm_ir import ADDRESSES, compile_ir
 from .threads import bucket
 
@@ -199,9 +196,6 @@ def applies(kind: str, k: int, G: int = 0) -> bool:
     return kernels(kind, G) is not None
 
 
-NO_SIDE = np.zeros((1, 1), np.float32)  # side data for the kinds that read none (bf16)
-
-
 class Tiled:
     """One matrix on the tiles, everything but the input prepared once: ``Tiled(kind, w)(X) -> [m, n] float32``.
 
@@ -256,23 +250,6 @@ class Tiled:
             single = records[0][0], self.NRs, np.array([weights for _, weights in records])
         tiled = self.fns, self.NRs, np.array([p.weights for p in parts])
         return tile_calls.TileCall(self.prep, self.G, tiled, single, [p.n for p in parts], self.counts)
-
-    def prepare(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(the rows as the tiles read them, their side data): each row's own, whatever else is in X. ``self.prep``
-        decides, as it does inside the compiled call (tile_calls._run; this is for callers that gather the prepared
-        rows first: grouped experts, experts.py)."""
-        if self.prep == tile_calls.BF16:  # each activation rounded to bf16 (bf16_dot_tiles.py)
-            return to_bf16(X), NO_SIDE
-        if self.prep in (tile_calls.INT8, tile_calls.ARRANGED):  # int8 per group, [scales | sums] per row
-            xq, side = quantize_rows(X, self.G)
-            if self.prep == tile_calls.ARRANGED:  # in the VNNI planes' order (vnni_superblock.py)
-                xq = vnni_superblock.arrange(xq)
-            return xq, side
-        if self.prep == tile_calls.SUMS:  # each row's group sums, for the bias term (float_tiles.py)
-            side = np.empty((X.shape[0], self.k // self.G), np.float32)
-            tile_loops._group_sums(X, self.G, side)
-            return X, side
-        return X, NO_SIDE
 
     def chosen(self, m: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """(tile functions, weight addresses) for a call of ``m`` rows: the records' where they pay
