@@ -108,6 +108,10 @@ def _layer(ckpt: Checkpoint, name: str, dtype: str | None, quantize: str | None)
     if not ckpt.is_view(name, getattr(w, "codes", w)):
         ckpt.release(name)  # a converted copy is kept: the stored pages need not stay resident (peak RSS)
     if isinstance(w, AffineWeight):
+        base = name.removesuffix(".weight")  # its scales / biases are float32 copies: their pages go too (a 4-bit
+        for part, kept in ((".scales", w.scales), (".biases", w.biases)):  # model's bf16 ones are 1/9 of its bytes)
+            if base + part in ckpt and not ckpt.is_view(base + part, kept):
+                ckpt.release(base + part)
         return AffineLinear(w)
     # A Qwen3-MoE router keeps float32 activations where bf16 matrices round theirs (cpu/bf16_dot_tiles.py): its
     # logits pick experts, a discrete choice that one bf16 rounding of a near-tie flips, and it is too small a
