@@ -16,9 +16,9 @@ output, only how many tokens one pass confirms.
     choose t_i from L[i] for i = 0, 1, …: emit it; if i < k and t_i == d_{i+1} go on, else stop
     cache  = trimmed back to the emitted tokens (the first one that was not a draft stays pending, unfed)
 
-A pass holds at most ``rows()`` rows (``exact_rows``): as many as read the same K/V, in the same form, as one-token
-steps would - a rotating cache (``max_kv_size``) until its window would cut the pass, a dense cache that ``kv_bits``
-quantizes at ``start`` positions until then; past those points a pass has one row, a plain step.
+A pass holds at most ``exact_rows(caches, kv_bits)`` rows: as many as read the same K/V, in the same form, as
+one-token steps would - a rotating cache (``max_kv_size``) until its window would cut the pass, a dense cache that
+``kv_bits`` quantizes at ``start`` positions until then; past those points a pass has one row, a plain step.
 
 Every stop rule is the caller's, applied to each emitted token as in plain decoding (``Generator.take``); the
 caller calls ``settle()`` when it stops, so the caches end holding exactly what a plain run's would.

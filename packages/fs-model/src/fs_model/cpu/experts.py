@@ -4,8 +4,8 @@ Why: the reference loop (numpy/moe.py) multiplies each chosen expert's three mat
 1 with 8 of 128 experts that is 24 calls per layer, each a few tens of microseconds of which a large part is the
 Python around the kernel. Two grouped tile calls (every expert's gate and up rows, then every down row) cut that
 to two, but the numpy between them - sorting the (token, rank) pairs, preparing the activations twice, SiLU, the
-scatter and the weighted sum - was still 0.3 of a 1.2 ms layer (Q4_0 at Qwen3-30B-A3B's shapes, Zen 4). Here all
-of it after the router is one numba call:
+scatter and the weighted sum - still cost ~8 % of the experts' time (one token through Qwen3-30B-A3B's experts,
+int4 and int8, Zen 4: benchmarks/moe_experts.py). Here all of it after the router is one numba call:
 
     pairs  = the T·k (token, rank) pairs, sorted by expert (stable)      R = T·k rows
     groups = (expert, first pair, rows)                                  one per chosen expert
