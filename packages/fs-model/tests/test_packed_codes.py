@@ -107,3 +107,15 @@ def test_only_codes_the_file_says_are_5_or_6_bit_are_packed(tiled, monkeypatch):
     assert plain.w.bits == 8 and np.array_equal(plain.w.codes, w8.codes)
     x = np.random.default_rng(3).standard_normal((2, 1024), dtype=np.float32)
     assert np.array_equal(plain.matmul(x), AffineLinear(w8).matmul(x))
+
+
+@pytest.mark.parametrize("kind", ["q5i", "q5iw", "q6i", "q6iw"])
+def test_float16_scales_give_the_bits_of_float32_ones(tiled, kind):
+    """GGUF's Q5_0 / Q5_1 keep float16 factors: the packed tiles read them as float16 (half_scales.py) with the bits
+    of float32 copies, in every panel."""
+    _, wp = packed(int(kind[1]), 45, 512)
+    half = replace(wp, records=None, scales=wp.scales.astype(np.float16), biases=wp.biases.astype(np.float16))
+    held, widened = tiles.Tiled(compiled(kind), half), tiles.Tiled(kind, half.widened())
+    x = np.random.default_rng(2).standard_normal((13, 512), dtype=np.float32)
+    for lo, hi in ((0, 13), (0, 6), (5, 8), (12, 13)):
+        assert np.array_equal(held(x[lo:hi]).view(np.uint32), widened(x[lo:hi]).view(np.uint32))

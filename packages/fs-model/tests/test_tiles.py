@@ -212,3 +212,70 @@ def test_activation_quantization(reference):
     assert np.array_equal(xs, sx * xq.astype(np.int64).reshape(2, -1, 64).sum(-1).astype(np.float32))
     assert np.all(np.abs(xs - x.reshape(2, -1, 64).sum(-1)) <= 64 * sx / 2 + 1e-4)
     assert not np.any(xq[1, :64]) and sx[1, 0] == 1
+
+
+def half_scaled(bits, n, k, group, layout="bf16", seed=0):
+    """An AffineWeight whose scales and biases are 16-bit floats (bf16 bits, as an MLX file of a bf16 model stores
+    them; float16, as GGUF's Q4_0 / Q8_0 factors), and the same weight with them widened to float32."""
+    from dataclasses import replace
+
+    q = quantize_affine(np.random.default_rng(seed).standard_normal((n, k), dtype=np.float32), bits, group)
+    narrow = f32_to_bf16 if layout == "bf16" else (lambda a: a.astype(np.float16))
+    held = replace(q, scales=narrow(q.scales), biases=narrow(q.biases))
+    return held, held.widened()
+
+
+@pytest.mark.parametrize(
+    "kind, group, layout",
+    [("q8", 32, "bf16"), ("q8", 64, "bf16"), ("q8", 128, "bf16"), ("q4", 32, "bf16"), ("q4", 64, "bf16"),
+     ("q4", 128, "bf16"), ("q8w", 64, "bf16"), ("q8w", 128, "bf16"), ("q4w", 32, "bf16"), ("q4w", 64, "bf16")]
+    + [(kind, group, layout) for kind, group in (("q4i", 32), ("q4i", 64), ("q8i", 64), ("q4iw", 64), ("q4iw", 32))
+       for layout in ("bf16", "f16")],
+)  # fmt: skip
+def test_16_bit_scales_read_in_place_give_the_bits_of_float32_copies(tiled, kind, group, layout):
+    """half_scales.py: the tiles widen 16-bit scales and biases as they read them - exact, so every element is the
+    bits the same tile computes from float32 copies, for every panel (a wrong address or conversion would not).
+    float16 scales: the int8-activation kinds only (``tiles.reads_half_scales``; the float kinds get them widened)."""
+    assert tiles.reads_half_scales(kind, layout) == (layout == "bf16" or kind in tiles.INTEGER)
+    base = compiled(kind, group)
+    held, widened = half_scaled(4 if base.startswith("q4") else 8, 45, 1024, group, layout)
+    assert tiles.scale_layout(held) == layout and tiles.scale_layout(widened) is None
+    x = np.random.default_rng(2).standard_normal((13, 1024), dtype=np.float32)
+    for rows in (x, x[:6], x[3:6], x[5:6]):
+        assert np.array_equal(tiles.matmul(kind, held, rows), tiles.matmul(kind, widened, rows))
+
+
+def test_a_layer_keeps_16_bit_scales_only_where_every_call_takes_the_tiles(tiled, monkeypatch):
+    """AffineLinear reads bf16 scales in place (the same arrays: no float32 copy) on the tiles, and gives the other
+    paths - batch invariance off, a shape the tiles do not cover - float32 copies, with the same results."""
+    from fs_model import cpu
+
+    held, widened = half_scaled(4, 64, 1024, 64)
+    x = np.random.default_rng(3).standard_normal((5, 1024), dtype=np.float32)
+    layer = AffineLinear(held)
+    assert layer.tiled and layer.w.scales is held.scales and layer.w.biases is held.biases
+    assert np.array_equal(layer.matmul(x), AffineLinear(widened).matmul(x))
+    monkeypatch.setattr(cpu.SWITCHES, "batch_invariant", False)
+    loose = AffineLinear(held)
+    assert loose.w.scales.dtype == np.float32 and np.array_equal(loose.w.scales, widened.scales)
+    assert np.array_equal(loose.matmul(x), AffineLinear(widened).matmul(x))
+    monkeypatch.setattr(cpu.SWITCHES, "batch_invariant", True)
+    odd, _ = half_scaled(4, 8, 64 * 3, 64)  # an odd number of 4-bit groups: the row kernel
+    assert not AffineLinear(odd).tiled and AffineLinear(odd).w.scales.dtype == np.float32
+    q8, _ = half_scaled(8, 8, 256, 32, "f16")  # float16 scales on the float 8-bit tile: widened (reads_half_scales)
+    assert AffineLinear(q8).tiled and AffineLinear(q8).w.scales.dtype == np.float32
+
+
+def test_float32_scales_narrow_to_float16_only_when_every_value_is_one(tiled):
+    """GGUF's Q8_0 stores d in float16 and fs's bias is -128d: float16 values unless |d| > 511.75, where -128d
+    overflows float16 - that matrix keeps float32 (an Inf scale would be a silent wrong answer)."""
+    from dataclasses import replace
+
+    held, widened = half_scaled(8, 8, 256, 32, "f16")
+    assert widened.narrowed().scales.dtype == np.float16 and np.array_equal(widened.narrowed().biases, held.biases)
+    big = widened.scales.copy()
+    big[3, 1] = 600.0  # a float16 value whose -128x is not
+    wide = replace(widened, scales=big, biases=big * np.float32(-128))
+    assert wide.narrowed() is wide
+    third = replace(widened, scales=widened.scales / np.float32(3))  # not float16 values
+    assert third.narrowed() is third

@@ -53,8 +53,8 @@ def _unplanar(p: np.ndarray, G: int) -> np.ndarray:
 class AffineWeight:
     codes: np.ndarray  # uint8 [out, in] (8-bit), [out, in/2] (4-bit, planar nibbles: the module docstring) or
     # [out, in·bits/8] (5-/6-bit: GGUF's Q5_*, Q6_K packed, packed_codes.py; only where the tiles run them)
-    scales: np.ndarray  # float32 [out, in/G]
-    biases: np.ndarray  # float32 [out, in/G]
+    scales: np.ndarray  # float32 [out, in/G], or 16-bit: bf16 bits (uint16) or float16 (half_scales.py)
+    biases: np.ndarray  # the same dtype and shape as scales
     bits: int
     group_size: int
     # a GGUF K-quant's (layout, super-block records): what the tiles read instead of scales / biases (tiles.Tiled)
@@ -73,6 +73,28 @@ class AffineWeight:
             + (self.records[1].nbytes if self.records else 0)
         )
 
+    def float_scales(self) -> tuple[np.ndarray, np.ndarray]:
+        """(scales, biases) as float32 (16-bit ones widened: exact)."""
+        if self.scales.dtype == np.uint16:
+            return bf16_to_f32(self.scales), bf16_to_f32(self.biases)
+        return self.scales.astype(np.float32, copy=False), self.biases.astype(np.float32, copy=False)
+
+    def narrowed(self) -> "AffineWeight":
+        """This weight with float16 scales and biases where every float32 one is a float16 value (GGUF's Q4_0, Q8_0,
+        Q5_0, Q4_1, Q5_1 unless ``-128d`` overflows: half_scales.py), else itself."""
+        if self.scales.dtype != np.float32:
+            return self
+        with np.errstate(over="ignore"):
+            halves = [a.astype(np.float16) for a in (self.scales, self.biases)]
+        if not all(np.array_equal(h, a) for h, a in zip(halves, (self.scales, self.biases), strict=True)):
+            return self
+        return replace(self, scales=halves[0], biases=halves[1])
+
+    def widened(self) -> "AffineWeight":
+        """This weight with float32 scales and biases (what the row kernels read)."""
+        scales, biases = self.float_scales()
+        return replace(self, scales=scales, biases=biases)
+
     def packed(self) -> np.ndarray:
         """The MLX uint32 packing (for fs_weights.dequantize; 5-/6-bit codes as MLX's 8-bit ones)."""
         if self.bits == 8:
@@ -85,7 +107,8 @@ class AffineWeight:
     def dequantize(self) -> np.ndarray:
         """float32 [out, in] through fs_weights' reference dequantizer (the oracle the kernels are tested on)."""
         bits = 8 if self.bits in (5, 6) else self.bits
-        return dequantize(self.packed(), self.scales, self.biases, bits=bits, group_size=self.group_size)
+        scales, biases = self.float_scales()
+        return dequantize(self.packed(), scales, biases, bits=bits, group_size=self.group_size)
 
     def rows(self, ids: np.ndarray) -> np.ndarray:
         """Dequantized rows (an embedding lookup)."""
@@ -95,12 +118,17 @@ class AffineWeight:
 
 
 def from_mlx(packed: np.ndarray, scales: np.ndarray, biases: np.ndarray, bits: int, group: int) -> AffineWeight:
+    """MLX's packed codes as fs keeps them; scales and biases given in 16 bits (both bf16 bits - uint16 - or both
+    float16) stay as they are (the tiles read them in place: half_scales.py), any other float dtype becomes float32."""
     if bits not in (4, 8):
         raise ValueError(f"{bits}-bit weights have no CPU kernel (4 and 8 do)")
     codes = np.asarray(packed).view(np.uint8)
     if bits == 4:
         codes = _planar(np.stack([codes & 15, codes >> 4], axis=-1).reshape(codes.shape[0], -1), group)
-    return AffineWeight(codes, scales.astype(np.float32), biases.astype(np.float32), bits, group)
+    if scales.dtype == biases.dtype and scales.dtype in (np.uint16, np.float16):
+        return AffineWeight(codes, scales, biases, bits, group)
+    scales, biases = (bf16_to_f32(a) if a.dtype == np.uint16 else a.astype(np.float32) for a in (scales, biases))
+    return AffineWeight(codes, scales, biases, bits, group)
 
 
 def quantize_affine(w: np.ndarray, bits: int = 8, group: int = 64) -> AffineWeight:
@@ -211,6 +239,20 @@ if HAVE_NUMBA:
                     o[g * G + H + j] = sc[g] * np.float32(np.int32(t >> np.uint8(4))) + bi[g]
 
 
+def _tile_kind(w: AffineWeight) -> tuple[str, bool]:
+    """(the tile kind ``w`` runs as, whether it runs on the tiles): int8 activations (integer_tiles.py) where they
+    apply, the float kinds otherwise; tiled where this CPU, the shape, the strides and the scale storage allow."""
+    k, G, half = w.shape[1], w.group_size, tiles.scale_layout(w)
+    kind = {8: "q8", 6: "q6i", 5: "q5i", 4: "q4"}[w.bits]
+    integer = "q4i" if w.bits == 4 else "q8i" if w.bits == 8 and SWITCHES.int8_activations_8bit else None
+    if integer is not None and tiles.applies(integer, k, G, half):
+        kind = integer
+    scales = half if half is not None and tiles.reads_half_scales(kind, half) else None  # else widened: the caller
+    strided = w.codes.strides[1] == 1 and w.scales.strides == w.biases.strides
+    strided = strided and w.scales.strides[1] == w.scales.itemsize
+    return kind, strided and tiles.applies(kind, k, G, scales)
+
+
 class AffineLinear(Linear):
     """``x @ Wᵀ`` for an ``AffineWeight``. With batch invariance (the default) every input takes the register tiles
     (tiles.py) where this CPU runs them, else one row-kernel pass over the codes. With ``FS_BATCH_INVARIANT=0``
@@ -219,22 +261,21 @@ class AffineLinear(Linear):
     codes, else to float32 for BLAS); without numba, the reference dequantizer and BLAS."""
 
     def __init__(self, w: AffineWeight):
-        k = w.shape[1]
-        if w.bits in (5, 6) and not tiles.applies(f"q{w.bits}i", k, w.group_size):  # their tiles off: 8-bit codes
+        k, G = w.shape[1], w.group_size
+        if w.bits in (5, 6) and not tiles.applies(f"q{w.bits}i", k, G):  # their tiles off: 8-bit codes
             w = replace(w, codes=packed_codes.unpack(w.codes, w.bits), bits=8)
-        self.w = w
-        self.shape = w.shape
         # decided once: the CPU, the switches and the shape do not change. Batch invariance (the default) runs one
         # kernel for every M (the tiles where they apply, else the row kernel), so a row's result never depends on
         # how many rows share the call
         self.invariant = SWITCHES.batch_invariant
-        self.kind = {8: "q8", 6: "q6i", 5: "q5i", 4: "q4"}[w.bits]
-        integer = "q4i" if w.bits == 4 else "q8i" if w.bits == 8 and SWITCHES.int8_activations_8bit else None
-        if integer is not None and tiles.applies(integer, k, w.group_size):  # int8 activations: integer_tiles.py
-            self.kind = integer
-        layout = w.codes.strides[1] == 1 and w.scales.strides == w.biases.strides and w.scales.strides[1] == 4
-        self.tiled = layout and tiles.applies(self.kind, k, w.group_size)
-        self.tiles = tiles.Tiled(tiles.widest(self.kind, k, w.group_size), w) if self.tiled else None
+        self.kind, self.tiled = _tile_kind(w)
+        half = tiles.scale_layout(w)
+        if half is not None and not (self.tiled and self.invariant and tiles.reads_half_scales(self.kind, half)):
+            w = w.widened()  # only the tiles read 16-bit scales: the row kernels and the other paths get float32
+            self.kind, self.tiled = _tile_kind(w)
+        self.w = w
+        self.shape = w.shape
+        self.tiles = tiles.Tiled(tiles.widest(self.kind, k, G, layout=tiles.scale_layout(w)), w) if self.tiled else None
         self.integer_decode = vnni.applies(w.bits, w.group_size, k)
         self.gemm = bf16_gemm.applies(w) and not self.invariant
 

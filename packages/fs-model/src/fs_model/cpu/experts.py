@@ -117,10 +117,10 @@ class ExpertTiles:
         t = self.first = tables[0]
 
         def layout(u: Tiled) -> tuple[Any, ...]:  # what one call's tile functions and address arithmetic assume
-            return u.kind, u.n, u.k, u.G, u.weights[1], u.weights[4]
+            return u.kind, u.n, u.k, u.G, u.weights[1], u.weights[4], u.fns
 
         if any(layout(u) != layout(t) for u in tables):
-            raise ValueError("the matrices differ in kind, shape or strides")
+            raise ValueError("the matrices differ in kind, shape, strides or scale storage")
         self.tables = list(tables)  # keeps every matrix (and the arrays whose addresses are below) alive
         params = np.ascontiguousarray(np.array([u.weights for u in tables], np.int64))
         ns = np.full(len(tables), t.n, np.int64)

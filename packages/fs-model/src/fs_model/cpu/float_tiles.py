@@ -6,6 +6,7 @@ docstring) is the same for every NR and MR, which is what makes the tiles batch 
 
 import re
 
+from . import half_scales
 from .superblock_scales import scale_and_bias
 
 # Bytes ahead of each weight load that the tiles prefetch: a thread walks its rows of a contiguous matrix in
@@ -161,7 +162,9 @@ def microkernel(kind: str, NR: int, MR: int, G: int, W: int = 8, layout: str | N
     (and per nibble plane), folded in at the group's end as ``acc = fma(gacc, scale, acc)``, with the bias term
     ``bsum = fma(bias, Σx_g, bsum)`` from the per-row group sums in ``pa`` (float32 [m, groups·planes]); the
     output is ``hsum(acc) + bsum``. With ``layout`` (affine kinds) ps/sg address each row's super-block records
-    and every scale and bias is made from them (superblock_scales.py: the same values, so the same bits)."""
+    and every scale and bias is made from them (superblock_scales.py: the same values, so the same bits), or, for
+    ``"bf16"`` / ``"f16"``, ps/pb/sg address 16-bit scales and biases, widened as read (half_scales.py: the same
+    bits too)."""
     if layout is not None and kind == "bf16":
         raise ValueError("bf16 weights have no scales to read from super-block records")
     pairs = [(n, r) for n in range(NR) for r in range(MR)]
@@ -216,7 +219,10 @@ def microkernel(kind: str, NR: int, MR: int, G: int, W: int = 8, layout: str | N
         for n in range(NR):
             latch += _row("%ps", "%sg", n, f"srow{n}") + _row("%pb", "%sg", n, f"brow{n}")
             for h in range(halves):
-                if layout is not None:
+                if layout in half_scales.LAYOUTS:
+                    srow, brow = f"%srow{n}", f"%brow{n}"
+                    latch += half_scales.scale_and_bias(f"%s{n}_{h}", f"%b{n}_{h}", srow, brow, gidx[h], layout)
+                elif layout is not None:
                     latch += scale_and_bias(f"%s{n}_{h}", f"%b{n}_{h}", f"%srow{n}", gidx[h], layout)
                 else:
                     latch += _load_float(f"%s{n}_{h}", f"%srow{n}", gidx[h])

@@ -31,7 +31,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from . import HAVE_NUMBA
+from . import HAVE_NUMBA, half_scales
 from .float_tiles import prefetch, store
 from .superblock_scales import scale_and_bias
 
@@ -116,14 +116,19 @@ def _combine(n: int, r: int, h: int, ints: str, prev_acc: str, prev_b: str, W: i
 
 
 def _group_scalars(NR: int, MR: int, offsets: tuple[str, ...], layout: str | None = None) -> list[str]:
-    """Scales and biases of each weight row (read, or made from its super-block records: superblock_scales.py),
-    activation scales and sums of each input row, per group slot (``offsets``: the slots' float byte offsets)."""
+    """Scales and biases of each weight row (read as float32 or 16-bit floats - half_scales.py -, or made from its
+    super-block records: superblock_scales.py), activation scales and sums of each input row, per group slot
+    (``offsets``: the slots' byte offsets as float32 ones)."""
     L: list[str] = []
     for h, gb in enumerate(offsets):
         for n in range(NR):
             if layout is not None:
                 L += [f"  %gi{n}_{h} = udiv i64 {gb}, 4"]
-                L += scale_and_bias(f"%s{n}_{h}", f"%b{n}_{h}", f"%sr{n}", f"%gi{n}_{h}", layout)
+                if layout in half_scales.LAYOUTS:
+                    srow, brow, g = f"%sr{n}", f"%br{n}", f"%gi{n}_{h}"
+                    L += half_scales.scale_and_bias(f"%s{n}_{h}", f"%b{n}_{h}", srow, brow, g, layout)
+                else:
+                    L += scale_and_bias(f"%s{n}_{h}", f"%b{n}_{h}", f"%sr{n}", f"%gi{n}_{h}", layout)
                 continue
             L += _load(f"%s{n}_{h}", f"%sr{n}", gb, "float") + _load(f"%b{n}_{h}", f"%br{n}", gb, "float")
         for r in range(MR):
@@ -196,7 +201,7 @@ def _q4_body(NR: int, MR: int, G: int = GROUP, layout: str | None = None) -> tup
     return L + _pair_of_groups(NR, MR, products, 8, layout), 1
 
 
-def _q4_vnni_body(NR: int, MR: int) -> tuple[list[str], int]:
+def _q4_vnni_body(NR: int, MR: int, layout: str | None = None) -> tuple[list[str], int]:
     """The same pair of groups on AVX-512 VNNI: each row's 64 code bytes in one register (low nibbles: the first
     group, high: the second), each group's 64 activations in one, one ``vpdpbusd`` per group: 16 int32 lanes of
     exact sums of 4 products (the 16-wide form of the contract: 16 lanes, then tiles.py's 16-lane hsum)."""
@@ -219,11 +224,11 @@ def _q4_vnni_body(NR: int, MR: int) -> tuple[list[str], int]:
             f"<16 x i32> %{plane}{n}, <16 x i32> %x{r}_{h})"
         ]
 
-    L += _pair_of_groups(NR, MR, products, 16)
+    L += _pair_of_groups(NR, MR, products, 16, layout)
     return L, 1
 
 
-def _q8_body(NR: int, MR: int) -> tuple[list[str], int]:
+def _q8_body(NR: int, MR: int, layout: str | None = None) -> tuple[list[str], int]:
     """One group: 64 code bytes per weight row widened to 16 bits (0..255), 64 activations sign-extended,
     ``vpmaddwd`` (products up to 255 × 127 add exactly in 32 bits)."""
     L = ["  %cb = mul i64 %c, 64", "  %g0b = mul i64 %c, 4"]
@@ -237,7 +242,7 @@ def _q8_body(NR: int, MR: int) -> tuple[list[str], int]:
         for j in range(4):
             L += _load(f"%x{r}_{j}", f"%xb{r}", 16 * j, "<16 x i8>")
             L.append(f"  %xw{r}_{j} = sext <16 x i8> %x{r}_{j} to <16 x i16>")
-    L += _group_scalars(NR, MR, ("%g0b",))
+    L += _group_scalars(NR, MR, ("%g0b",), layout)
     for n in range(NR):
         for r in range(MR):
             t = f"{n}_{r}_0"
@@ -251,18 +256,25 @@ def _q8_body(NR: int, MR: int) -> tuple[list[str], int]:
 
 
 def microkernel(NR: int, MR: int, bits: int = 4, vnni: bool = False, G: int = GROUP, layout: str | None = None) -> str:
-    """``@q{bits}i_{NR}x{MR}`` (``@q4iw_…`` with ``vnni``; ``@q4i_k4_…`` reading super-block records) with tiles.py's
-    ABI: pw/sw codes (4-bit: planar), ps/pb/sg scales and biases (or ps/sg the records), px/sx int8 activations,
-    pa/sa per-row [sx_g for every g, then Σx_g for every g] (float32); ``groups`` counts loop iterations: pairs of
-    groups (4-bit) or groups (8-bit). ``G``: 32 or 64 for the AVX2 4-bit tile, 64 for the others."""
+    """``@q{bits}i_{NR}x{MR}`` (``@q4iw_…`` with ``vnni``; ``@q4i_k4_…`` reading super-block records, ``…_bf16_…``
+    / ``…_f16_…`` 16-bit scales and biases) with tiles.py's ABI: pw/sw codes (4-bit: planar), ps/pb/sg scales and
+    biases (or ps/sg the records), px/sx int8 activations, pa/sa per-row [sx_g for every g, then Σx_g for every g]
+    (float32); ``groups`` counts loop iterations: pairs of groups (4-bit) or groups (8-bit). ``G``: 32 or 64 for the
+    AVX2 4-bit tile, 64 for the others."""
     if G != GROUP and (bits != 4 or vnni):
         raise ValueError(f"the {bits}-bit{' VNNI' if vnni else ''} integer tile takes groups of {GROUP}, not {G}")
-    if layout is not None and (bits != 4 or vnni):
+    if layout not in (None, *half_scales.LAYOUTS) and (bits != 4 or vnni):
         raise ValueError("super-block records are read by the integer tiles on 4-bit groups of 32 only (AVX2's here, "
                          "VNNI's in vnni_superblock.py)")  # fmt: skip
     pairs = [(n, r) for n in range(NR) for r in range(MR)]
     W = 16 if vnni else 8
-    body, last = _q4_vnni_body(NR, MR) if vnni else _q4_body(NR, MR, G, layout) if bits == 4 else _q8_body(NR, MR)
+    body, last = (
+        _q4_vnni_body(NR, MR, layout)
+        if vnni
+        else _q4_body(NR, MR, G, layout)
+        if bits == 4
+        else _q8_body(NR, MR, layout)
+    )
     sums = "mul i64 %groups, 8" if bits == 4 else "mul i64 %groups, 4"  # byte offset of the Σx_g in a side row
     L = [*_entry(NR, MR, sums), "loop:", "  %c = phi i64 [0, %entry], [%cn, %loop]"]
     for n, r in pairs:

@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from . import half_scales
 from .float_tiles import hsum, prefetch, store
 from .integer_tiles import _entry, _load
 from .superblock_scales import RECORDS, scales_and_biases
@@ -131,11 +132,15 @@ def _codes(n: int, bits: int, W: int) -> list[str]:
 
 
 def _scales(n: int, GB: int, layout: str | None) -> list[str]:
-    """Weight row n's GB scales %sv{n} and biases %bv{n} (<GB x float>) of step %c's groups: read as float32, or made
+    """Weight row n's GB scales %sv{n} and biases %bv{n} (<GB x float>) of step %c's groups: read as float32 or
+    16-bit floats, or made
     from the row's super-block record c / 4 (%ro: its offset; this block's integers at %rj past their start)."""
     v = f"<{GB} x float>"
     if layout is None:
         return _load(f"%sv{n}", f"%sr{n}", "%gb", v) + _load(f"%bv{n}", f"%br{n}", "%gb", v)
+    if layout in half_scales.LAYOUTS:  # 16-bit scales and biases of groups c·GB.. (Q5_0 / Q5_1's float16 factors)
+        gi = [f"  %gi{n} = mul i64 %c, {GB}"]
+        return gi + half_scales.scale_and_bias(f"%sv{n}", f"%bv{n}", f"%sr{n}", f"%br{n}", f"%gi{n}", layout, GB)
     return [f"  %rec{n} = add i64 %sr{n}, %ro", *scales_and_biases(f"%sv{n}", f"%bv{n}", f"%rec{n}", "%rj", layout, GB)]
 
 
@@ -175,7 +180,7 @@ def microkernel(NR: int, MR: int, bits: int, vnni: bool, layout: str | None = No
     """``@q{bits}i{w}{_layout}_{NR}x{MR}`` with tiles.py's ABI: pw/sw the packed codes, ps/pb/sg float32 scales and
     biases per group (or ps/sg the super-block records: k6 for Q6_K, k4 for Q5_K), px/sx int8 activations, pa/sa
     each input row's [sx_g for every g, then x̂s_g for every g]; ``groups`` counts 64-weight blocks."""
-    if layout is not None and layout != {6: "k6", 5: "k4"}[bits]:
+    if layout in RECORDS and layout != {6: "k6", 5: "k4"}[bits]:
         raise ValueError(f"{bits}-bit codes come with {'k6' if bits == 6 else 'k4'} super-block records, not {layout}")
     W, G = (16 if vnni else 8), GROUP[bits]
     GB = BLOCK // G
@@ -185,7 +190,7 @@ def microkernel(NR: int, MR: int, bits: int, vnni: bool, layout: str | None = No
         L.append(f"  %acc{n}_{r} = phi <{W} x float> [zeroinitializer, %entry], [%acc{n}_{r}.n, %loop]")
         L.append(f"  %bacc{n}_{r} = phi <{GB} x float> [zeroinitializer, %entry], [%bacc{n}_{r}.n, %loop]")
     L += [f"  %cb = mul i64 %c, {block_bytes(bits)}", f"  %gb = mul i64 %c, {4 * GB}", "  %xo = mul i64 %c, 64"]
-    if layout is not None:  # record c / 4 of a row (4 blocks a super-block), and this block's GB integers in it
+    if layout in RECORDS:  # record c / 4 of a row (4 blocks a super-block), and this block's GB integers in it
         L += ["  %rq = lshr i64 %c, 2", "  %rm = and i64 %c, 3", f"  %ro = mul i64 %rq, {RECORDS[layout][0]}"]
         L += [f"  %rj = mul i64 %rm, {GB}"]
     for n in range(NR):

@@ -38,6 +38,7 @@ from . import (
     SWITCHES,
     bf16_dot_tiles,
     float_tiles,
+    half_scales,
     integer_tiles,
     packed_codes,
     tile_calls,
@@ -107,7 +108,8 @@ def tile_key(kind: str, G: int) -> str:
 def kernels(kind: str, G: int = 0, layout: str | None = None) -> tuple[int, ...] | None:
     """Per panel (4, 2, 1 input rows, a one-row call): the code addresses of its NR×MR tile and of its 1×MR edge;
     compiled once.
-    ``layout``: the tiles read super-block records of that layout (a ``RECORD_KINDS`` kind)."""
+    ``layout``: the tiles read super-block records of that layout (a ``RECORD_KINDS`` kind), or 16-bit scales and
+    biases, ``"bf16"`` or ``"f16"`` (an affine kind other than the packed 5-/6-bit ones: half_scales.py)."""
     key = (kind, G, layout)
     if key not in _compiled:
         prefix = tile_key(kind, G)
@@ -143,6 +145,7 @@ def kernels(kind: str, G: int = 0, layout: str | None = None) -> tuple[int, ...]
                 float_tiles.microkernel(base, a, b, G, W, layout) for a, b in unique.values()
             )
             features = WIDE_FEATURES if W == 16 else features
+        features = (*features, *half_scales.FEATURES.get(layout or "", ()))
         fns = compile_ir(ir, features, dict.fromkeys(unique, _SIG))
         # raw addresses: numba calls them through _call (a ctypes object as an argument costs a cast per call)
         _compiled[key] = None if fns is None else tuple(ctypes.cast(fns[n], ctypes.c_void_p).value or 0 for n in names)
@@ -159,12 +162,12 @@ def width(kind: str) -> int:
     return bf16_dot_tiles.CHUNK if kind == "bf16d" else 16 if kind.endswith("w") else 8
 
 
-def widest(kind: str, k: int, G: int = 0, bf16_activations: bool = True) -> str:
+def widest(kind: str, k: int, G: int = 0, bf16_activations: bool = True, layout: str | None = None) -> str:
     """The kind a matrix of this format and shape runs as on this CPU: the 16-wide AVX-512 tile where the CPU has
     it, the switch allows it (``FS_WIDE_TILES=0`` keeps AVX2's) and k (and the group) split into 16-float chunks,
     else the 8-wide one; bf16 weights take ``bf16d`` (bf16 activations, bf16_dot_tiles.py) where the CPU has
     AVX512-BF16, k splits into chunks of 32, ``FS_BF16_GEMM`` is on and the caller allows it (``bf16_activations``).
-    Decided once per matrix: its width is part of every element's chain."""
+    Decided once per matrix: its width is part of every element's chain. ``layout``: the scales' (``kernels``)."""
     wide = kind + "w"
     bf16d = bf16_activations and SWITCHES.bf16_gemm and k % bf16_dot_tiles.CHUNK == 0
     if kind == "bf16" and SWITCHES.wide_tiles and bf16d:
@@ -173,13 +176,14 @@ def widest(kind: str, k: int, G: int = 0, bf16_activations: bool = True) -> str:
         return kind
     if kind == "q4i" and G != integer_tiles.GROUP and (G != vnni_superblock.G or k % vnni_superblock.STEP):
         return kind  # groups of 32 take VNNI a super-block (256 weights) per step: vnni_superblock.py
-    return wide if kernels(wide, G) is not None else kind
+    return wide if kernels(wide, G, layout) is not None else kind
 
 
-def applies(kind: str, k: int, G: int = 0) -> bool:
+def applies(kind: str, k: int, G: int = 0, layout: str | None = None) -> bool:
     """This CPU runs the tiles (AVX2 + FMA; ``FS_TILES=0`` turns them off) and the shape tiles: k a multiple of 8
     (bf16, 8-bit), an even number of groups of a multiple of 16 (planar 4-bit), groups of 64 (int8 activations;
-    4-bit codes: 32 too), packed 5-/6-bit codes: their type's group, k a multiple of 64 (packed_codes.py)."""
+    4-bit codes: 32 too), packed 5-/6-bit codes: their type's group, k a multiple of 64 (packed_codes.py);
+    ``layout``: where the scales come from (``kernels``)."""
     if not (HAVE_NUMBA and SWITCHES.tiles):
         return False
     if kind == "q4" and (k % (2 * G) or G % 16):
@@ -193,13 +197,28 @@ def applies(kind: str, k: int, G: int = 0) -> bool:
         return False
     if k % 8 or (G and G % 8):
         return False
-    return kernels(kind, G) is not None
+    return kernels(kind, G, layout) is not None
+
+
+def scale_layout(w: Any) -> str | None:
+    """How the tiles read an AffineWeight's scales and biases: "bf16" where they are bf16 bits (uint16), "f16" for
+    float16 (half_scales.py), None for float32."""
+    return {np.dtype(np.uint16): "bf16", np.dtype(np.float16): "f16"}.get(w.scales.dtype)
+
+
+def reads_half_scales(kind: str, layout: str) -> bool:
+    """Whether tiles of ``kind`` read 16-bit scales of ``layout`` as they are (else the layer widens them once, at
+    load). bf16: every kind. float16: the int8-activation kinds; the float kinds convert a scalar per group inside
+    their group loop, and ``vcvtph2ps`` there made a Q8_0 matrix (3072 × 1024, groups of 32, ``q8w``) 1.19× slower
+    than float32 scales where the integer kinds came out even (Zen 4, 2026-12-07)."""
+    return layout == "bf16" or kind in INTEGER
 
 
 class Tiled:
     """One matrix on the tiles, everything but the input prepared once: ``Tiled(kind, w)(X) -> [m, n] float32``.
 
     ``kind`` "bf16": ``w`` is uint16 bf16 bits [n, k]; "q8", "q4", "q4i" (4-bit, int8 activations): an AffineWeight.
+    An AffineWeight's bf16 scales and biases are read as they are, by every call (``scale_layout``).
     An AffineWeight with super-block ``records`` (a GGUF K-quant) also gets the tiles that read them where the kind
     can (``RECORD_KINDS``; ``FS_SUPERBLOCK_SCALES=0`` turns them off): the same bits from fewer bytes, taken by calls
     of at most ``tile_calls.RECORD_ROWS`` rows (``single``). Call ``applies`` first."""
@@ -209,10 +228,12 @@ class Tiled:
         W = width(kind)
         self.layout: str | None = None
         self.single: tuple[tuple[int, ...], tuple[int, ...]] | None = None  # (fns, weights) reading the records
+        scales: str | None = None
         if kind in ("bf16", "bf16w", "bf16d"):
             codes, ps, pb, sg, G, k = w, 0, 0, 0, 0, w.shape[1]
             outer, inner = 1, k // W
         else:
+            scales = scale_layout(w)
             codes, G, k = w.codes, w.group_size, w.shape[1]
             ps, pb, sg = w.scales.ctypes.data, w.biases.ctypes.data, w.scales.strides[0]
             outer, inner = (k // (2 * G), G // W) if kind in ("q4", "q4w", "q4i", "q4iw") else (k // G, G // W)
@@ -226,7 +247,7 @@ class Tiled:
                 assert fns is not None
                 at = records.ctypes.data
                 self.single = fns, (codes.ctypes.data, codes.strides[0], at, at, records.strides[0])
-        fns = kernels(kind, G)
+        fns = kernels(kind, G, scales)
         assert fns is not None
         self.n, self.k, self.G, self.family = codes.shape[0], k, G, tile_key(kind, G)
         self.fns, self.NRs = fns, tuple(NR for NR, _ in TILES[self.family])

@@ -32,6 +32,7 @@ order), which is why ``tiles.widest`` decides per matrix, once, which of the two
 
 import numpy as np
 
+from . import half_scales
 from .float_tiles import hsum, prefetch, store
 from .integer_tiles import _entry, _load
 from .superblock_scales import RECORDS, scales_and_biases
@@ -51,10 +52,13 @@ def arrange(xq: np.ndarray) -> np.ndarray:
 
 
 def _row_scalars(n: int, layout: str | None) -> list[str]:
-    """Weight row n's eight scales %s8_{n} and biases %b8_{n} of step %c: read as float32, or made from its k4
-    super-block record (superblock_scales.py: d f32 | m f32 | 8 × int8 sc | 8 × int8 mn; scale d·sc, bias -(m·mn))."""
+    """Weight row n's eight scales %s8_{n} and biases %b8_{n} of step %c: read as float32 or 16-bit floats, or made
+    from its k4 super-block record (superblock_scales.py: d f32 | m f32 | 8 × int8 sc | 8 × int8 mn; scale d·sc,
+    bias -(m·mn))."""
     if layout is None:
         return _load(f"%s8_{n}", f"%sr{n}", "%gb", "<8 x float>") + _load(f"%b8_{n}", f"%br{n}", "%gb", "<8 x float>")
+    if layout in half_scales.LAYOUTS:  # the step's eight groups from group 8c on (half_scales.py)
+        return half_scales.scale_and_bias(f"%s8_{n}", f"%b8_{n}", f"%sr{n}", f"%br{n}", "%g8", layout, 8)
     if layout != "k4":
         raise ValueError(f"the VNNI tile for groups of 32 reads k4 super-block records, not {layout}")
     record = [f"  %rec{n} = add i64 %sr{n}, %rb"]
@@ -64,8 +68,8 @@ def _row_scalars(n: int, layout: str | None) -> list[str]:
 def _body(NR: int, MR: int, layout: str | None) -> list[str]:
     """One step: the codes, activations and group scalars it reads, then per (weight row, input row) the four
     planes' products folded into %acc{n}_{r}_3 and the biases into %bacc{n}_{r}.n."""
-    L = ["  %cb = mul i64 %c, 128", "  %gb = mul i64 %c, 32", "  %xo = mul i64 %c, 256"]
-    if layout is not None:
+    L = ["  %cb = mul i64 %c, 128", "  %gb = mul i64 %c, 32", "  %g8 = mul i64 %c, 8", "  %xo = mul i64 %c, 256"]
+    if layout in RECORDS:
         L.append(f"  %rb = mul i64 %c, {RECORDS[layout][0]}")
     for n in range(NR):
         L += [f"  %wc{n} = add i64 %wr{n}, %cb", *prefetch(f"%pf{n}", f"%wc{n}")]

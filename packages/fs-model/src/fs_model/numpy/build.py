@@ -108,11 +108,12 @@ def _layer(ckpt: Checkpoint, name: str, dtype: str | None, quantize: str | None)
     if not ckpt.is_view(name, getattr(w, "codes", w)):
         ckpt.release(name)  # a converted copy is kept: the stored pages need not stay resident (peak RSS)
     if isinstance(w, AffineWeight):
-        base = name.removesuffix(".weight")  # its scales / biases are float32 copies: their pages go too (a 4-bit
-        for part, kept in ((".scales", w.scales), (".biases", w.biases)):  # model's bf16 ones are 1/9 of its bytes)
+        layer = AffineLinear(w)  # it may widen bf16 scales (the paths other than the tiles read float32)
+        base = name.removesuffix(".weight")  # scales / biases kept as float32 copies: their stored pages go too
+        for part, kept in ((".scales", layer.w.scales), (".biases", layer.w.biases)):
             if base + part in ckpt and not ckpt.is_view(base + part, kept):
                 ckpt.release(base + part)
-        return AffineLinear(w)
+        return layer
     # A Qwen3-MoE router keeps float32 activations where bf16 matrices round theirs (cpu/bf16_dot_tiles.py): its
     # logits pick experts, a discrete choice that one bf16 rounding of a near-tie flips, and it is too small a
     # matrix (E × hidden) for the speed to matter
@@ -126,7 +127,10 @@ def _kept(ckpt: Checkpoint, name: str, dtype: str | None, quantize: str | None) 
         bits, group = ckpt.quant_params(name)
         base = name.removesuffix(".weight")
         if bits in (4, 8):
-            codes = from_mlx(ckpt.raw(name), ckpt.get(base + ".scales"), ckpt.get(base + ".biases"), bits, group)
+            scales, biases = (_scales(ckpt, base + part) for part in (".scales", ".biases"))
+            codes = from_mlx(ckpt.raw(name), scales, biases, bits, group).narrowed()  # GGUF's float16 factors
+            if not ckpt.is_view(name, codes.codes):  # scales follow their codes into memory (_scales says why)
+                codes = replace(codes, scales=np.array(codes.scales), biases=np.array(codes.biases))
             records = ckpt.superblocks(name)  # a GGUF K-quant: the tiles read these in place of scales / biases
             codes = codes if records is None else replace(codes, records=records)
             return packed_codes.keep_packed(codes, ckpt.code_bits(name))  # GGUF's 5- and 6-bit codes
@@ -137,6 +141,19 @@ def _kept(ckpt: Checkpoint, name: str, dtype: str | None, quantize: str | None) 
     if dtype == "bfloat16" or (dtype == "native" and ckpt.info(name).dtype == "BF16"):
         return _bf16(ckpt, name)
     return _float32(ckpt, name)
+
+
+def _scales(ckpt: Checkpoint, name: str) -> np.ndarray:
+    """A quantized matrix's scales or biases: bf16 or float16 ones (an MLX conversion of a bf16 or float16 model) as
+    stored, the mapped file itself, which the tiles read as they are (cpu/half_scales.py: as float32 copies they were
+    1/9 of a 4-bit model's bytes, in memory and in every decode step); any other dtype as float32.
+
+    ``_kept`` copies them (the same 16 bits) where the codes are copied (4-bit codes repacked as planar nibbles, GGUF
+    blocks): a mapped page is clean and the kernel may drop it whenever memory runs short, to read it again from disk
+    when touched. Qwen3-30B-A3B at 4 bits (17.19 GB here, 24 GiB of RAM) lost its mapped scales that way during the
+    load and decoded at 6-10 tok/s instead of 14, faulting them back; 8-bit codes, read in place, keep theirs mapped
+    beside them."""
+    return ckpt.raw(name) if ckpt.info(name).dtype in ("BF16", "F16") else ckpt.get(name)
 
 
 def _bf16(ckpt: Checkpoint, name: str) -> np.ndarray:
