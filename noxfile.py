@@ -93,7 +93,6 @@ def kernels(session: nox.Session) -> None:
 # test_paged_step.py and test_fast_kernel_contracts.py, which do run twice): no second run under FS_ISA=avx2
 ONE_ISA_IS_ENOUGH = [
     "packages/fs-model/tests/test_compile_notice.py",
-    "packages/fs-generate/tests/test_warm_up.py",
     "packages/fs-model/tests/test_moe.py",
     "packages/fs-generate/tests/test_moe_contracts.py",
     "packages/fs-generate/tests/test_gguf_kquants.py",

@@ -38,6 +38,7 @@ print(json.dumps({"during": names(during), "after": names(after), "lengths": len
 
 
 @pytest.mark.kernels
+@pytest.mark.slow  # every kernel compiled from nothing: ~25 s of CI's 8 minutes, so it runs in `nox -s slow`
 def test_after_the_warm_up_requests_compile_nothing(tmp_path):
     d = write_random_checkpoint(tmp_path / "bf16", preset("tiny", vocab_size=256), dtype="bfloat16", seed=2)
     env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba-cache")}

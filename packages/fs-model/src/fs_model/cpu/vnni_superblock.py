@@ -72,7 +72,7 @@ def _body(NR: int, MR: int, layout: str | None) -> list[str]:
     if layout in RECORDS:
         L.append(f"  %rb = mul i64 %c, {RECORDS[layout][0]}")
     for n in range(NR):
-        L += [f"  %wc{n} = add i64 %wr{n}, %cb", *prefetch(f"%pf{n}", f"%wc{n}")]
+        L += [f"  %wc{n} = add i64 %wr{n}, %cb", *prefetch(f"%pf{n}", f"%wc{n}", 128)]
         for reg, off in (("A", 0), ("B", 64)):
             L += _load(f"%cq{reg}{n}", f"%wc{n}", off, "<64 x i8>")
             L += [
