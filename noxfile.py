@@ -195,6 +195,7 @@ BENCHES = {
     "tile_groups": ["benchmarks/tile_groups.py"],
     "compiled_block": ["benchmarks/compiled_block.py"],
     "superblock_scales": ["benchmarks/superblock_scales.py"],
+    "half_scales": ["benchmarks/half_scales.py"],
     "threads": ["benchmarks/threads.py"],
     "engine_serving": ["benchmarks/engine_serving.py", "--out", "docs/data/engine_serving.json"],
     "agent_branches": ["benchmarks/agent_branches.py"],

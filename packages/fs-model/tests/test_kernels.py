@@ -203,3 +203,17 @@ def test_bf16_scales_stay_bf16_and_in_memory_beside_copied_codes(tmp_path, bits)
     assert in_place == (bits == 8) and w.scales.flags.writeable != in_place and w.biases.flags.writeable != in_place
     ids = [3, 141, 59, 265]
     assert rel_err(model.forward(ids), load_model(d, dtype="float32").forward(ids)) < 2e-2
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+def test_quantizing_at_load_is_converting_then_loading(tmp_path, bits):
+    """``quantize="int4"`` on a bf16 checkpoint keeps what ``fs-weights convert -q`` writes (mlx-lm's convert: bf16
+    scales and biases), so the two give the same logits bit for bit; the scales stay bf16 (2 bytes, half_scales.py)."""
+    from fs_weights.convert import convert_checkpoint
+
+    d = write_random_checkpoint(tmp_path / "b", config("tied"), dtype="bfloat16")
+    q = convert_checkpoint(d, tmp_path / f"q{bits}", quantize=bits)
+    at_load, converted = load_model(d, quantize=f"int{bits}"), load_model(q)
+    assert at_load.blocks[0].mlp.down.w.scales.dtype == np.uint16  # k = 128: two groups, on the tiles
+    ids = [3, 141, 59, 265, 358, 97]
+    assert np.array_equal(at_load.forward(ids).view(np.uint32), converted.forward(ids).view(np.uint32))

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from fs_weights import bf16_to_f32, dequantize, quantize
+from fs_weights import bf16_to_f32, dequantize, f32_to_bf16, quantize
 
 from ..numpy.linear import Linear
 from . import HAVE_NUMBA, SWITCHES, bf16_gemm, packed_codes, tiles, vnni
@@ -133,12 +133,17 @@ def from_mlx(packed: np.ndarray, scales: np.ndarray, biases: np.ndarray, bits: i
 
 def quantize_affine(w: np.ndarray, bits: int = 8, group: int = 64) -> AffineWeight:
     """Quantize float32 (or bf16-bits uint16) weights [out, in], a few thousand rows at a time so that a large
-    matrix (a 151936-row lm_head) never has float32 temporaries of its whole size."""
+    matrix (a 151936-row lm_head) never has float32 temporaries of its whole size. bf16 weights get bf16 scales and
+    biases, as mlx-lm's convert (and ``fs-weights convert``) writes them for a bf16 model: quantizing at load is
+    then converting and loading, bit for bit, and the tiles read 2 bytes per scale (half_scales.py)."""
     chunks = []
     for a in range(0, w.shape[0], 4096):
         part = w[a : a + 4096]
         part = bf16_to_f32(part) if part.dtype == np.uint16 else np.asarray(part, np.float32)
-        chunks.append(quantize(part, bits=bits, group_size=group))
+        packed, scales, biases = quantize(part, bits=bits, group_size=group)
+        if w.dtype == np.uint16:
+            scales, biases = f32_to_bf16(scales), f32_to_bf16(biases)
+        chunks.append((packed, scales, biases))
     packed, scales, biases = (np.concatenate(c) for c in zip(*chunks, strict=True))
     return from_mlx(packed, scales, biases, bits, group)
 
