@@ -195,9 +195,9 @@ def test_bf16_scales_stay_bf16_and_in_memory_beside_copied_codes(tmp_path, bits)
     """An MLX conversion of a bf16 model: its bf16 scales and biases are kept as bf16 (cpu/half_scales.py: no float32
     copies, 1/9 of a 4-bit model's bytes), mapped where the codes are read in place (8-bit) and copied into memory
     where the codes are copied (4-bit, planar), so that the kernel cannot evict them from under a running model."""
-    d = write_random_checkpoint(tmp_path / "q", config("tied"), dtype="bfloat16", quantize=bits, group_size=32)
+    d = write_random_checkpoint(tmp_path / "q", config("tied"), dtype="bfloat16", quantize=bits)
     model = load_model(d)
-    w = model.blocks[0].mlp.gate.w
+    w = model.blocks[0].mlp.down.w  # k = 128: two groups of 64, on the tiles
     assert w.scales.dtype == w.biases.dtype == np.uint16
     in_place = not w.codes.flags.writeable
     assert in_place == (bits == 8) and w.scales.flags.writeable != in_place and w.biases.flags.writeable != in_place

@@ -235,8 +235,11 @@ def half_scaled(bits, n, k, group, layout="bf16", seed=0):
 def test_16_bit_scales_read_in_place_give_the_bits_of_float32_copies(tiled, kind, group, layout):
     """half_scales.py: the tiles widen 16-bit scales and biases as they read them - exact, so every element is the
     bits the same tile computes from float32 copies, for every panel (a wrong address or conversion would not).
-    float16 scales: the int8-activation kinds only (``tiles.reads_half_scales``; the float kinds get them widened)."""
-    assert tiles.reads_half_scales(kind, layout) == (layout == "bf16" or kind in tiles.INTEGER)
+    float16 scales: the int8-activation kinds only (``tiles.reads_half_scales``: the float kinds get them widened, as
+    the AVX2 integer tile on groups of 32 gets both; tested here all the same, the kernels exist)."""
+    assert tiles.reads_half_scales(kind, layout, group) == (
+        (layout == "bf16" or kind in tiles.INTEGER) and (kind, group) != ("q4i", 32)
+    )
     base = compiled(kind, group)
     held, widened = half_scaled(4 if base.startswith("q4") else 8, 45, 1024, group, layout)
     assert tiles.scale_layout(held) == layout and tiles.scale_layout(widened) is None

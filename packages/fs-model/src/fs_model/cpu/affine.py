@@ -244,18 +244,19 @@ if HAVE_NUMBA:
                     o[g * G + H + j] = sc[g] * np.float32(np.int32(t >> np.uint8(4))) + bi[g]
 
 
-def _tile_kind(w: AffineWeight) -> tuple[str, bool]:
-    """(the tile kind ``w`` runs as, whether it runs on the tiles): int8 activations (integer_tiles.py) where they
-    apply, the float kinds otherwise; tiled where this CPU, the shape, the strides and the scale storage allow."""
+def _tile_kind(w: AffineWeight) -> tuple[str, bool, bool]:
+    """(the tile kind ``w`` runs as, whether it runs on the tiles, whether they read its 16-bit scales as they are):
+    int8 activations (integer_tiles.py) where they apply, the float kinds otherwise; tiled where this CPU, the shape
+    and the strides allow."""
     k, G, half = w.shape[1], w.group_size, tiles.scale_layout(w)
     kind = {8: "q8", 6: "q6i", 5: "q5i", 4: "q4"}[w.bits]
     integer = "q4i" if w.bits == 4 else "q8i" if w.bits == 8 and SWITCHES.int8_activations_8bit else None
     if integer is not None and tiles.applies(integer, k, G, half):
         kind = integer
-    scales = half if half is not None and tiles.reads_half_scales(kind, half) else None  # else widened: the caller
+    keep = half is not None and tiles.reads_half_scales(tiles.widest(kind, k, G, layout=half), half, G)
     strided = w.codes.strides[1] == 1 and w.scales.strides == w.biases.strides
     strided = strided and w.scales.strides[1] == w.scales.itemsize
-    return kind, strided and tiles.applies(kind, k, G, scales)
+    return kind, strided and tiles.applies(kind, k, G, half if keep else None), keep
 
 
 class AffineLinear(Linear):
@@ -273,11 +274,10 @@ class AffineLinear(Linear):
         # kernel for every M (the tiles where they apply, else the row kernel), so a row's result never depends on
         # how many rows share the call
         self.invariant = SWITCHES.batch_invariant
-        self.kind, self.tiled = _tile_kind(w)
-        half = tiles.scale_layout(w)
-        if half is not None and not (self.tiled and self.invariant and tiles.reads_half_scales(self.kind, half)):
+        self.kind, self.tiled, keep = _tile_kind(w)
+        if tiles.scale_layout(w) is not None and not (self.tiled and self.invariant and keep):
             w = w.widened()  # only the tiles read 16-bit scales: the row kernels and the other paths get float32
-            self.kind, self.tiled = _tile_kind(w)
+            self.kind, self.tiled, _ = _tile_kind(w)
         self.w = w
         self.shape = w.shape
         self.tiles = tiles.Tiled(tiles.widest(self.kind, k, G, layout=tiles.scale_layout(w)), w) if self.tiled else None

@@ -206,11 +206,16 @@ def scale_layout(w: Any) -> str | None:
     return {np.dtype(np.uint16): "bf16", np.dtype(np.float16): "f16"}.get(w.scales.dtype)
 
 
-def reads_half_scales(kind: str, layout: str) -> bool:
-    """Whether tiles of ``kind`` read 16-bit scales of ``layout`` as they are (else the layer widens them once, at
-    load). bf16: every kind. float16: the int8-activation kinds; the float kinds convert a scalar per group inside
-    their group loop, and ``vcvtph2ps`` there made a Q8_0 matrix (3072 × 1024, groups of 32, ``q8w``) 1.19× slower
-    than float32 scales where the integer kinds came out even (Zen 4, 2026-12-07)."""
+def reads_half_scales(kind: str, layout: str, G: int) -> bool:
+    """Whether tiles of ``kind`` (as ``widest`` chose it) on groups of G read 16-bit scales of ``layout`` as they are
+    (else the layer widens them once, at load). Measured on 24 distinct 3072 × 1024 matrices, one row (Zen 4,
+    2026-12-07, ms per matrix float32 / float16 / bf16): the float kinds convert a scalar per group inside their
+    group loop, and ``vcvtph2ps`` there made ``q8w`` on groups of 32 slower (0.132 / 0.157 / 0.126), so float16 goes
+    to the int8-activation kinds only (``q4iw``: 0.062 / 0.065 / 0.058); the AVX2 integer tile on groups of 32
+    (``q4i``, FS_ISA=avx2: 0.078-0.094 / 0.094-0.111 / 0.103-0.104) converts two scalars per 32 code bytes and keeps
+    float32 for both."""
+    if kind == "q4i" and G == 32:
+        return False
     return layout == "bf16" or kind in INTEGER
 
 
