@@ -109,8 +109,8 @@ def _layer(ckpt: Checkpoint, name: str, dtype: str | None, quantize: str | None)
         ckpt.release(name)  # a converted copy is kept: the stored pages need not stay resident (peak RSS)
     if isinstance(w, AffineWeight):
         layer = AffineLinear(w)  # it may widen bf16 scales (the paths other than the tiles read float32)
-        base = name.removesuffix(".weight")  # scales / biases kept as float32 copies: their stored pages go too
-        for part, kept in ((".scales", layer.w.scales), (".biases", layer.w.biases)):
+        base = name.removesuffix(".weight")  # scales / biases kept as copies: their stored pages go too
+        for part, kept in _parts(layer.w):
             if base + part in ckpt and not ckpt.is_view(base + part, kept):
                 ckpt.release(base + part)
         return layer
@@ -130,7 +130,8 @@ def _kept(ckpt: Checkpoint, name: str, dtype: str | None, quantize: str | None) 
             scales, biases = (_scales(ckpt, base + part) for part in (".scales", ".biases"))
             codes = from_mlx(ckpt.raw(name), scales, biases, bits, group).narrowed()  # GGUF's float16 factors
             if not ckpt.is_view(name, codes.codes):  # scales follow their codes into memory (_scales says why)
-                codes = replace(codes, scales=np.array(codes.scales), biases=np.array(codes.biases))
+                held = [np.array(a) if ckpt.is_view(base + p, a) else a for p, a in _parts(codes)]
+                codes = replace(codes, scales=held[0], biases=held[1])
             records = ckpt.superblocks(name)  # a GGUF K-quant: the tiles read these in place of scales / biases
             codes = codes if records is None else replace(codes, records=records)
             return packed_codes.keep_packed(codes, ckpt.code_bits(name))  # GGUF's 5- and 6-bit codes
@@ -141,6 +142,10 @@ def _kept(ckpt: Checkpoint, name: str, dtype: str | None, quantize: str | None) 
     if dtype == "bfloat16" or (dtype == "native" and ckpt.info(name).dtype == "BF16"):
         return _bf16(ckpt, name)
     return _float32(ckpt, name)
+
+
+def _parts(w: AffineWeight) -> list[tuple[str, np.ndarray]]:
+    return [(".scales", w.scales), (".biases", w.biases)]
 
 
 def _scales(ckpt: Checkpoint, name: str) -> np.ndarray:
