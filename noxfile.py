@@ -51,11 +51,12 @@ def pytest(session: nox.Session, *args: str, **env: str) -> None:
     session.run("python", "-m", "pytest", *args, *session.posargs, env=ENV | env)
 
 
-# pytest-xdist workers for the sessions whose tests take long enough to pay for a second process (measured: the
-# fs-generate suite 90 s -> 64 s, the kernels tests from a cold cache 82 s -> 60 s, on 2 cores; fs-model's and
-# fs-serve's gained nothing)
+# pytest-xdist workers for the sessions whose tests take long enough to pay for a second process (measured on 2
+# cores: the fs-generate suite 90 s -> 64 s, the kernels tests from a cold cache 82 s -> 60 s; 2026-12-07, Zen 4:
+# fs-tokenizer 16-19 s -> 13-16, fs-weights 15-17 -> 11-12, fs-agent 26-28 -> 21-24, fs-model 13 -> 12; fs-serve's,
+# whose tests start servers that use both cores, gained nothing: 58-64 s either way)
 WORKERS = ["-n", "2"]
-BIG = {"fs-generate", "fs-agent"}
+ONE_PROCESS = {"fs-serve"}
 CLIENTS = {"fs-serve"}  # packages/fs-serve/tests/test_clients.py: the openai-agents, langchain, instructor, lm-eval
 
 
@@ -71,7 +72,7 @@ def tests(session: nox.Session, package: str) -> None:
     clients = ("--group", "clients") if package in CLIENTS else ()
     sync(session, "--package", package, "--group", "test", *clients)
     env = {"FS_REQUIRE_CLIENTS": "1"} if package in CLIENTS else {}
-    pytest(session, f"packages/{package}/tests", "-m", QUICK, *(WORKERS if package in BIG else []), **env)
+    pytest(session, f"packages/{package}/tests", "-m", QUICK, *([] if package in ONE_PROCESS else WORKERS), **env)
 
 
 @nox.session
@@ -107,6 +108,11 @@ ONE_ISA_IS_ENOUGH = [
     "packages/fs-generate/tests/test_kv_bits.py",
     # the bf16 / affine layers against the float32 reference within tolerance (test_tiles.py: per-ISA bits)
     "packages/fs-model/tests/test_kernels.py",
+    # the compiled block against the same block's Python path: both run tile_calls._run and attention._attend, the
+    # code that differs per ISA (the tiles each kind's IR compiles to, chosen inside _run), so equal on one ISA is
+    # equal on the other; the per-ISA bits of the whole model run through it in test_fast_kernel_contracts.py and
+    # test_batch_invariance.py (~13 s of the AVX2 run's 63, nearly all of it compiling the block for AVX2)
+    "packages/fs-model/tests/test_compiled_block.py",
 ]
 
 
