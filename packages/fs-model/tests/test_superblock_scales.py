@@ -108,7 +108,7 @@ def test_the_kinds_without_a_record_reader_refuse_one():
 
     with pytest.raises(ValueError, match="4-bit groups of 32 only"):
         integer_tiles.microkernel(1, 1, 4, True, 64, "k4")
-    with pytest.raises(ValueError, match="k4 super-block records, not k6"):
+    with pytest.raises(ValueError, match="k4h super-block records, not k6"):
         vnni_superblock.microkernel(1, 1, "k6")
     with pytest.raises(ValueError, match="come with k6 super-block records, not k4"):
         packed_codes.microkernel(1, 1, 6, True, "k4")
@@ -124,7 +124,7 @@ def test_a_tile_group_of_k_quant_matrices_reads_each_ones_records(tiled, every_c
     k = 1024
     layers = [AffineLinear(replace_records(*kquant("Q4_K", n, k, seed=s))) for s, n in enumerate((64, 48, 80))]
     group = TileGroup.of(layers)
-    assert group is not None and group.call.records is not None and all(la.tiles.layout == "k4" for la in layers)
+    assert group is not None and group.call.records is not None and all(la.tiles.layout == "k4h" for la in layers)
     x = np.random.default_rng(3).standard_normal((5, k), dtype=np.float32)
     for m in (1, 5):
         for got, la in zip(group(x[:m]), layers, strict=True):

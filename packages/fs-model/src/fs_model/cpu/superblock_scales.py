@@ -10,15 +10,16 @@ Contract: the products are ``gguf_blocks.expand_records``' own, in its order, an
 11-bit factor times a 6- or 8-bit integer), so a tile reading records computes every element with the very bits
 of the same tile reading the expanded ``.scales`` / ``.biases``:
 
-    k4 (Q4_K, Q5_K): record = d f16 | m f16 | 8 × int8 sc | 8 × int8 mn     scale = d·sc_j   bias = -(m·mn_j)
+    k4h (Q4_K):      record = d f16 | m f16 | 8 × int8 sc | 8 × int8 mn     scale = d·sc_j   bias = -(m·mn_j)
+    k4 (Q5_K):       record = d f32 | m f32 | 8 × int8 sc | 8 × int8 mn     scale = d·sc_j   bias = -(m·mn_j)
     k6 (Q6_K):       record = d f32 | 16 × int8 sc                          scale = d·sc_j   bias = scale·-32
 
-(k4's float16 factors widened exactly by F16C's ``vcvtph2ps``, as half_scales.py widens float16 scales)
+(k4h's float16 factors widened exactly by F16C's ``vcvtph2ps``, as half_scales.py widens float16 scales)
 
 for group g of a row: record g / per (``per`` groups a record), slot j = g mod per.
 """
 
-from fs_weights.gguf_blocks import HALF_FACTORS, RECORDS, SCALES_AT
+from fs_weights.gguf_blocks import HALF_FACTORS, MINS_AT, RECORDS, SCALES_AT
 
 LAYOUTS = tuple(RECORDS)
 FEATURES = dict.fromkeys(HALF_FACTORS, ("f16c",))  # what reading a record needs beyond the tile's own features
@@ -72,7 +73,7 @@ def scale_and_bias(s: str, b: str, row: str, group: str, layout: str) -> list[st
         return [*L, f"  {b} = fmul float {s}, {MINUS_32}"]
     return [
         *L,
-        f"  {b}.ma = add i64 {s}.r, 2",
+        f"  {b}.ma = add i64 {s}.r, {MINS_AT[layout]}",
         *_float(f"{b}.m", f"{b}.ma", layout),
         f"  {b}.na = add i64 {s}.ja, 8",
         *_byte(f"{b}.n", f"{b}.na"),
@@ -108,5 +109,5 @@ def scales_and_biases(s: str, b: str, record: str, slot: str, layout: str, lanes
     L.append(f"  {s} = fmul {v} {s}.d, {s}.c")
     if layout == "k6":
         return [*L, f"  {b} = fmul {v} {s}, splat (float {MINUS_32})"]
-    L += [*splat(f"{b}.m", 2), *ints(f"{b}.n", at + 8)]
+    L += [*splat(f"{b}.m", MINS_AT[layout]), *ints(f"{b}.n", at + 8)]
     return [*L, f"  {b}.p = fmul {v} {b}.m, {b}.n", f"  {b} = fneg {v} {b}.p"]
