@@ -23,17 +23,11 @@ packed 5/6-bit kernel is not written yet (docs/decisions.md). Scales and biases 
 float16 once ``|d| > 511.75`` and ``d·sc`` needs up to 18 bits.
 
 Super-block records: a K-quant's per-group scale and bias are products of a per-256-weights factor and a small
-per-group integer, so the kernels can read those instead of float32 pairs per group (Q4_K: 0.58 instead of 0.75
-bytes per weight, the file 0.5625; Q6_K packed in 6 bits: 0.83, the file 0.82). One record per super-block, in
-``superblock_records``. Q4_K's two factors stay the file's float16 (exact in float32; 4 bytes fewer per 256
-weights than float32, ~1.5 % of a Q4_K_M decode step's bytes: its tile reads a record per 256-weight step). Q5_K's
-and Q6_K's are float32: their packed tiles read the record at every 64-weight step, and widening float16 there cost
-more than the bytes saved (Q5_K_M decode 0.98× the float32 parts' instead of 1.05-1.13×; a Q6_K lm_head 3.63 → 3.75
-ms):
+per-group integer, so the kernels can read those instead of float32 pairs per group (Q4_K: 0.59 instead of 0.75
+bytes per weight; Q6_K: 1.08 instead of 1.5). One record per super-block, in ``superblock_records``:
 
     layout  types        record (bytes)                                  scale_g    bias_g
-    k4h     Q4_K         d f16, m f16, 8 × int8 sc, 8 × int8 mn    (20)  d·sc_g     -(m·mn_g)
-    k4      Q5_K         d f32, m f32, 8 × int8 sc, 8 × int8 mn    (24)  d·sc_g     -(m·mn_g)
+    k4      Q4_K, Q5_K   d f32, m f32, 8 × int8 sc, 8 × int8 mn    (24)  d·sc_g     -(m·mn_g)
     k6      Q6_K         d f32, 16 × int8 sc                       (20)  d·sc_g     (d·sc_g)·-32
 
 ``expand_records`` computes exactly those products: it is how ``affine_part`` makes the float32 ``.scales`` and
@@ -91,11 +85,8 @@ def affine_part(kind: str, data: np.ndarray, shape: tuple[int, int], part: str) 
 
 
 # K-quant type -> its super-block record layout; layout -> (record bytes, groups per super-block of 256 weights)
-SUPERBLOCKS = {"Q4_K": "k4h", "Q5_K": "k4", "Q6_K": "k6"}
-RECORDS = {"k4": (24, 8), "k4h": (20, 8), "k6": (20, 16)}
-SCALES_AT = {"k4": 8, "k4h": 4, "k6": 4}  # where a record's integers start (k4, k4h: sc, then mn 8 bytes further)
-MINS_AT = {"k4": 4, "k4h": 2}  # where the factor of the mins (m) is: the layouts with biases -(m·mn)
-HALF_FACTORS = ("k4h",)  # the layouts whose factors are float16 (the others' are float32)
+SUPERBLOCKS = {"Q4_K": "k4", "Q5_K": "k4", "Q6_K": "k6"}
+RECORDS = {"k4": (24, 8), "k6": (20, 16)}
 
 
 def superblock_records(kind: str, data: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
@@ -110,40 +101,28 @@ def expand_records(layout: str, records: np.ndarray) -> tuple[np.ndarray, np.nda
     """(scales, biases) float32 [rows, groups] from records uint8 [rows, super-blocks · R] (or [..., R])."""
     R, per = RECORDS[layout]
     r = records.reshape(records.shape[0], -1, R)
-    d = _factor(r, 0, layout)  # [rows, super-blocks, 1]
-    at = SCALES_AT[layout]
+    d = r[..., 0:4].copy().view(np.float32)  # [rows, super-blocks, 1]
+    at = 8 if layout == "k4" else 4
     scale = d * r[..., at : at + per].view(np.int8).astype(np.float32)
-    if layout in MINS_AT:
-        bias = -(_factor(r, MINS_AT[layout], layout) * r[..., at + 8 : at + 16].view(np.int8).astype(np.float32))
+    if layout == "k4":
+        bias = -(r[..., 4:8].copy().view(np.float32) * r[..., 16:24].view(np.int8).astype(np.float32))
     else:
         bias = scale * np.float32(-32)
     return scale.reshape(r.shape[0], -1), bias.reshape(r.shape[0], -1)
 
 
-def _factor(r: np.ndarray, at: int, layout: str) -> np.ndarray:
-    """The factor at byte ``at`` of every record [rows, super-blocks, R] as float32 [rows, super-blocks, 1]."""
-    if layout in HALF_FACTORS:
-        return _f16(r, at)[..., None]
-    return r[..., at : at + 4].copy().view(np.float32)
-
-
 def _records(kind: str, b: np.ndarray) -> np.ndarray:
     """Blocks [rows, super-blocks, bytes] -> records [rows, super-blocks, R]; 6-bit sc and mn (< 64) fit int8."""
-    layout = SUPERBLOCKS[kind]
-    R, _ = RECORDS[layout]
+    R, _ = RECORDS[SUPERBLOCKS[kind]]
     rec = np.empty((*b.shape[:2], R), np.uint8)
-    if kind == "Q6_K":  # d is the block's last two bytes, its 16 int8 scales the 16 before
+    if kind == "Q6_K":
         rec[..., 0:4] = _f16(b, 208)[..., None].view(np.uint8)
         rec[..., 4:20] = b[..., 192:208]
         return rec
     sc, mn = _k_scales(b)
-    if layout in HALF_FACTORS:
-        rec[..., 0:4] = b[..., 0:4]  # d and dmin, float16 as stored
-    else:
-        rec[..., 0:4] = _f16(b, 0)[..., None].view(np.uint8)
-        rec[..., 4:8] = _f16(b, 2)[..., None].view(np.uint8)
-    at = SCALES_AT[layout]
-    rec[..., at : at + 8], rec[..., at + 8 : at + 16] = sc, mn
+    rec[..., 0:4] = _f16(b, 0)[..., None].view(np.uint8)
+    rec[..., 4:8] = _f16(b, 2)[..., None].view(np.uint8)
+    rec[..., 8:16], rec[..., 16:24] = sc, mn
     return rec
 
 
@@ -180,7 +159,7 @@ def _k_scales(b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _k_affine(b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    return expand_records(SUPERBLOCKS["Q4_K"], _records("Q4_K", b))  # as gguf: d·sc, then dmin·mn
+    return expand_records("k4", _records("Q4_K", b))  # as gguf: d·sc, then dmin·mn
 
 
 def _k_nibbles(qs: np.ndarray) -> np.ndarray:

@@ -10,19 +10,15 @@ Contract: the products are ``gguf_blocks.expand_records``' own, in its order, an
 11-bit factor times a 6- or 8-bit integer), so a tile reading records computes every element with the very bits
 of the same tile reading the expanded ``.scales`` / ``.biases``:
 
-    k4h (Q4_K):      record = d f16 | m f16 | 8 × int8 sc | 8 × int8 mn     scale = d·sc_j   bias = -(m·mn_j)
-    k4 (Q5_K):       record = d f32 | m f32 | 8 × int8 sc | 8 × int8 mn     scale = d·sc_j   bias = -(m·mn_j)
+    k4 (Q4_K, Q5_K): record = d f32 | m f32 | 8 × int8 sc | 8 × int8 mn     scale = d·sc_j   bias = -(m·mn_j)
     k6 (Q6_K):       record = d f32 | 16 × int8 sc                          scale = d·sc_j   bias = scale·-32
-
-(k4h's float16 factors widened exactly by F16C's ``vcvtph2ps``, as half_scales.py widens float16 scales)
 
 for group g of a row: record g / per (``per`` groups a record), slot j = g mod per.
 """
 
-from fs_weights.gguf_blocks import HALF_FACTORS, MINS_AT, RECORDS, SCALES_AT
+from fs_weights.gguf_blocks import RECORDS
 
 LAYOUTS = tuple(RECORDS)
-FEATURES = dict.fromkeys(HALF_FACTORS, ("f16c",))  # what reading a record needs beyond the tile's own features
 MINUS_32 = "0xC040000000000000"  # -32.0 as LLVM writes a float constant (a double's bits, exact in float)
 
 
@@ -35,29 +31,15 @@ def _byte(name: str, address: str) -> list[str]:
     ]
 
 
-def _float(name: str, address: str, layout: str) -> list[str]:
-    """%name = the record's factor at ``address``: a float32, or a float16 widened to float (exact). Through an
-    integer and a whole vector: a scalar ``load half`` compiles to ``vpinsrw``, which merges into a register LLVM may
-    share with a tile's accumulator - a dependency on the previous step's FMA that halved a Q6_K lm_head's speed
-    (measured); ``vmovd`` merges none."""
-    if layout not in HALF_FACTORS:
-        return [f"  {name}.p = inttoptr i64 {address} to ptr", f"  {name} = load float, ptr {name}.p, align 1"]
-    return [
-        f"  {name}.p = inttoptr i64 {address} to ptr",
-        f"  {name}.i = load i16, ptr {name}.p, align 1",
-        f"  {name}.z = zext i16 {name}.i to i32",
-        f"  {name}.v = insertelement <4 x i32> zeroinitializer, i32 {name}.z, i32 0",
-        f"  {name}.h = bitcast <4 x i32> {name}.v to <8 x half>",
-        f"  {name}.w = fpext <8 x half> {name}.h to <8 x float>",
-        f"  {name} = extractelement <8 x float> {name}.w, i32 0",
-    ]
+def _float(name: str, address: str) -> list[str]:
+    return [f"  {name}.p = inttoptr i64 {address} to ptr", f"  {name} = load float, ptr {name}.p, align 1"]
 
 
 def scale_and_bias(s: str, b: str, row: str, group: str, layout: str) -> list[str]:
     """IR defining ``s`` and ``b``: the scale and bias of group ``group`` (an i64 value) of the weight row whose
     records start at address ``row`` (an i64 value), per the module's contract."""
     R, per = RECORDS[layout]
-    at = SCALES_AT[layout]
+    at = 8 if layout == "k4" else 4  # where the scales start in a record
     L = [
         f"  {s}.sb = udiv i64 {group}, {per}",
         f"  {s}.j = urem i64 {group}, {per}",
@@ -65,7 +47,7 @@ def scale_and_bias(s: str, b: str, row: str, group: str, layout: str) -> list[st
         f"  {s}.r = add i64 {row}, {s}.ro",
         f"  {s}.jo = add i64 {s}.j, {at}",
         f"  {s}.ja = add i64 {s}.r, {s}.jo",
-        *_float(f"{s}.d", f"{s}.r", layout),
+        *_float(f"{s}.d", f"{s}.r"),
         *_byte(f"{s}.c", f"{s}.ja"),
         f"  {s} = fmul float {s}.d, {s}.c",
     ]
@@ -73,8 +55,8 @@ def scale_and_bias(s: str, b: str, row: str, group: str, layout: str) -> list[st
         return [*L, f"  {b} = fmul float {s}, {MINUS_32}"]
     return [
         *L,
-        f"  {b}.ma = add i64 {s}.r, {MINS_AT[layout]}",
-        *_float(f"{b}.m", f"{b}.ma", layout),
+        f"  {b}.ma = add i64 {s}.r, 4",
+        *_float(f"{b}.m", f"{b}.ma"),
         f"  {b}.na = add i64 {s}.ja, 8",
         *_byte(f"{b}.n", f"{b}.na"),
         f"  {b}.p = fmul float {b}.m, {b}.n",
@@ -87,12 +69,12 @@ def scales_and_biases(s: str, b: str, record: str, slot: str, layout: str, lanes
     super-block, whose record starts at address ``record`` and whose first group is slot ``slot`` (i64 values) - the
     contract above, lane by lane (the same products as ``scale_and_bias``'s, so the same bits)."""
     v = f"<{lanes} x float>"
-    at = SCALES_AT[layout]
+    at = 8 if layout == "k4" else 4  # where the scales start in a record
 
     def splat(name: str, offset: int) -> list[str]:  # the record's float at ``offset``, in every lane
         return [
             f"  {name}.a = add i64 {record}, {offset}",
-            *_float(f"{name}.f", f"{name}.a", layout),
+            *_float(f"{name}.f", f"{name}.a"),
             f"  {name}.0 = insertelement {v} poison, float {name}.f, i32 0",
             f"  {name} = shufflevector {v} {name}.0, {v} poison, <{lanes} x i32> zeroinitializer",
         ]
@@ -109,5 +91,5 @@ def scales_and_biases(s: str, b: str, record: str, slot: str, layout: str, lanes
     L.append(f"  {s} = fmul {v} {s}.d, {s}.c")
     if layout == "k6":
         return [*L, f"  {b} = fmul {v} {s}, splat (float {MINUS_32})"]
-    L += [*splat(f"{b}.m", MINS_AT[layout]), *ints(f"{b}.n", at + 8)]
+    L += [*splat(f"{b}.m", 4), *ints(f"{b}.n", at + 8)]
     return [*L, f"  {b}.p = fmul {v} {b}.m, {b}.n", f"  {b} = fneg {v} {b}.p"]

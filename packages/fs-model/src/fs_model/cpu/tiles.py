@@ -41,7 +41,6 @@ from . import (
     half_scales,
     integer_tiles,
     packed_codes,
-    superblock_scales,
     tile_calls,
     vnni_superblock,
 )
@@ -146,8 +145,7 @@ def kernels(kind: str, G: int = 0, layout: str | None = None) -> tuple[int, ...]
                 float_tiles.microkernel(base, a, b, G, W, layout) for a, b in unique.values()
             )
             features = WIDE_FEATURES if W == 16 else features
-        layout_features = {**half_scales.FEATURES, **superblock_scales.FEATURES}.get(layout or "", ())
-        features = (*features, *layout_features)  # widening float16 (scales, records' factors): F16C
+        features = (*features, *half_scales.FEATURES.get(layout or "", ()))
         fns = compile_ir(ir, features, dict.fromkeys(unique, _SIG))
         # raw addresses: numba calls them through _call (a ctypes object as an argument costs a cast per call)
         _compiled[key] = None if fns is None else tuple(ctypes.cast(fns[n], ctypes.c_void_p).value or 0 for n in names)
@@ -250,10 +248,10 @@ class Tiled:
                 outer = k // packed_codes.BLOCK
             if w.records is not None and kind in RECORD_KINDS and SWITCHES.superblock_scales:
                 self.layout, records = w.records
-                fns = kernels(kind, G, self.layout)  # None: a CPU without F16C (the records' float16 factors)
+                fns = kernels(kind, G, self.layout)
+                assert fns is not None
                 at = records.ctypes.data
-                if fns is not None:
-                    self.single = fns, (codes.ctypes.data, codes.strides[0], at, at, records.strides[0])
+                self.single = fns, (codes.ctypes.data, codes.strides[0], at, at, records.strides[0])
         fns = kernels(kind, G, scales)
         assert fns is not None
         self.n, self.k, self.G, self.family = codes.shape[0], k, G, tile_key(kind, G)

@@ -53,14 +53,14 @@ def arrange(xq: np.ndarray) -> np.ndarray:
 
 def _row_scalars(n: int, layout: str | None) -> list[str]:
     """Weight row n's eight scales %s8_{n} and biases %b8_{n} of step %c: read as float32 or 16-bit floats, or made
-    from its Q4_K super-block record (superblock_scales.py: d f16 | m f16 | 8 × int8 sc | 8 × int8 mn; scale d·sc,
+    from its k4 super-block record (superblock_scales.py: d f32 | m f32 | 8 × int8 sc | 8 × int8 mn; scale d·sc,
     bias -(m·mn))."""
     if layout is None:
         return _load(f"%s8_{n}", f"%sr{n}", "%gb", "<8 x float>") + _load(f"%b8_{n}", f"%br{n}", "%gb", "<8 x float>")
     if layout in half_scales.LAYOUTS:  # the step's eight groups from group 8c on (half_scales.py)
         return half_scales.scale_and_bias(f"%s8_{n}", f"%b8_{n}", f"%sr{n}", f"%br{n}", "%g8", layout, 8)
-    if layout not in ("k4", "k4h"):
-        raise ValueError(f"the VNNI tile for groups of 32 reads k4 or k4h super-block records, not {layout}")
+    if layout != "k4":
+        raise ValueError(f"the VNNI tile for groups of 32 reads k4 super-block records, not {layout}")
     record = [f"  %rec{n} = add i64 %sr{n}, %rb"]
     return record + scales_and_biases(f"%s8_{n}", f"%b8_{n}", f"%rec{n}", "0", layout, 8)
 
@@ -111,7 +111,7 @@ def _body(NR: int, MR: int, layout: str | None) -> list[str]:
 
 
 def microkernel(NR: int, MR: int, layout: str | None = None) -> str:
-    """``@q4iw32_{NR}x{MR}`` (``@q4iw32_k4h_…`` reading Q4_K's super-block records) with tiles.py's ABI; ``groups``
+    """``@q4iw32_{NR}x{MR}`` (``@q4iw32_k4_…`` reading k4 super-block records) with tiles.py's ABI; ``groups``
     counts steps (super-blocks: k / 256), the side rows hold [sx_g for every group, then x̂s_g for every group]."""
     from .tiles import ABI
 
