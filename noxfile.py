@@ -1,8 +1,10 @@
 """Sessions: tests (one isolated env per package), kernels, parity, slow, metal, ui, bench, lint, build,
 publish_local, docs.
 
-`uv run nox -s tests kernels parity lint` is what CI runs (README). Each session syncs an exact environment from the
-one uv.lock, so a package's tests see only that package, its declared dependencies and the test tools.
+`uv run nox -s kernels tests parity lint` is what CI runs (README): kernels first, so that the numba kernels it
+compiles for this host land in the on-disk cache (next to the sources, shared by every session's environment) before
+the other sessions load the same kernels. Each session syncs an exact environment from the one uv.lock, so a
+package's tests see only that package, its declared dependencies and the test tools.
 """
 
 import platform
@@ -19,7 +21,7 @@ import nox
 
 nox.needs_version = ">=2025.10.14"
 nox.options.default_venv_backend = "uv"
-nox.options.sessions = ["tests", "kernels", "parity", "lint"]
+nox.options.sessions = ["kernels", "tests", "parity", "lint"]
 
 ROOT = Path(__file__).parent
 PACKAGES = [
