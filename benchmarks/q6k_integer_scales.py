@@ -26,11 +26,13 @@ import time
 
 import numpy as np
 
-from fs_model.cpu import CPU_FEATURES, CPU_NAME, FEATURES, threads
+from fs_model.cpu import FEATURES, threads
 from fs_model.cpu.affine import AffineLinear, AffineWeight
+from fs_model.cpu.llvm_ir import compile_ir
 from fs_model.cpu.packed_codes import pack
 
 PF = 32768  # bytes ahead the codes are prefetched, as fs's tiles do
+FEATURES_NEEDED = ("avx512f", "avx512bw", "avx512vnni")
 DECLARATIONS = """declare void @llvm.prefetch.p0(ptr, i32, i32, i32)
 declare <32 x i16> @llvm.x86.avx512.pmaddubs.w.512(<64 x i8>, <64 x i8>)
 declare <16 x i32> @llvm.x86.avx512.vpdpwssd.512(<16 x i32>, <16 x i32>, <16 x i32>)
@@ -159,19 +161,12 @@ def tile(MR: int, offset: bool) -> str:
     return "\n".join([*L, "exit:", "  ret void", "}"]) + "\n"
 
 
-_engines = []
-
-
 def compiled(MR: int, offset: bool):  # type: ignore[no-untyped-def]
-    import llvmlite.binding as llvm
-
-    module = llvm.parse_assembly(DECLARATIONS + tile(MR, offset))
-    module.verify()
-    machine = llvm.Target.from_default_triple().create_target_machine(cpu=CPU_NAME, features=CPU_FEATURES, opt=3)
-    engine = llvm.create_mcjit_compiler(module, machine)
-    engine.finalize_object()
-    _engines.append(engine)
-    return ctypes.CFUNCTYPE(None, *[ctypes.c_int64] * 9)(engine.get_function_address("q6s"))
+    """The prototype, compiled as fs's own tiles are (llvm_ir.compile_ir: the host's target, opt 3)."""
+    signature = ctypes.CFUNCTYPE(None, *[ctypes.c_int64] * 9)
+    fns = compile_ir(DECLARATIONS + tile(MR, offset), FEATURES_NEEDED, {"q6s": signature})
+    assert fns is not None
+    return fns["q6s"]
 
 
 def main() -> None:
@@ -180,7 +175,7 @@ def main() -> None:
     ap.add_argument("--mr", type=int, default=4, help="input rows per prototype tile")
     ap.add_argument("--rounds", type=int, default=10)
     a = ap.parse_args()
-    if not FEATURES.issuperset(("avx512f", "avx512bw", "avx512vnni")):
+    if not FEATURES.issuperset(FEATURES_NEEDED):
         print("skipped: the prototype needs AVX-512 BW + VNNI (vpdpwssd); this CPU has not")
         return
     n, k, M, MR = 3072, 1024, a.rows, a.mr
