@@ -56,8 +56,9 @@ def pytest(session: nox.Session, *args: str, **env: str) -> None:
 # pytest-xdist workers for the sessions whose tests take long enough to pay for a second process (measured on 2
 # cores: the fs-generate suite 90 s -> 64 s, the kernels tests from a cold cache 82 s -> 60 s; 2026-12-07, Zen 4:
 # fs-tokenizer 16-19 s -> 12-16, fs-weights 15-17 -> 11-12, fs-agent 26-28 -> 21-24). Not fs-serve's, whose tests
-# start servers that use both cores (58-64 s either way), nor fs-model's: the first session to load a kept-format
-# model, so two workers would both compile the same kernels from an empty numba cache (28 s -> 31 s in CI)
+# start servers that use both cores (58-64 s either way), nor fs-model's: 7-10 s in one process now that the kernels
+# session runs first and leaves the numba cache full (before that it compiled them, and two workers compiled them
+# twice: 28 s -> 31 s)
 WORKERS = ["-n", "2"]
 ONE_PROCESS = {"fs-model", "fs-serve"}
 CLIENTS = {"fs-serve"}  # packages/fs-serve/tests/test_clients.py: the openai-agents, langchain, instructor, lm-eval
