@@ -110,6 +110,7 @@ ONE_ISA_IS_ENOUGH = [
     "packages/fs-generate/tests/test_user_hooks.py",
     "packages/fs-generate/tests/test_rotating_window.py",
     "packages/fs-generate/tests/test_kv_bits.py",
+    "packages/fs-generate/tests/test_engine_kv_bits.py",  # a pool of codes per ISA: fs-model's test_paged_step.py
     # the bf16 / affine layers against the float32 reference within tolerance (test_tiles.py: per-ISA bits)
     "packages/fs-model/tests/test_kernels.py",
     # the compiled block against the same block's Python path: both run tile_calls._run and attention._attend, the

@@ -103,15 +103,54 @@ def test_cli_kv_bits(tiny_dir, capsys):
 
 
 def test_a_reused_prefix_is_converted_by_the_same_rule(tiny_dir):
-    """A prompt-cache file's K/V load exact; the first pass then sees exact K/V either way, so the tokens are those
-    of the whole prompt generated cold with the same kv_bits."""
+    """A prompt-cache file's K/V load exact and follow the rule a cold run's caches follow. With a start past the
+    prompt both runs read exact K/V for the whole prompt and quantize at the same decode step: equal to rounding.
+    With start=0 the loaded prefix is quantized before the first pass reads it, as a cold run's would be."""
     from fs_generate.reused_prefix import KVPrefix, prefill_state
+    from fs_generate.step import generate_step
 
     model, tok = load(str(tiny_dir))
     ids = tok.encode(PROMPT)
-    prefix = KVPrefix(ids[:20], prefill_state(model, ids[:20]))
-    kw = dict(max_new_tokens=16, eos_token_ids=[], kv_bits=4, kv_group_size=32, quantized_kv_start=0)
-    reused = generate(model, tok, ids, prefix_cache=prefix, **kw)
-    cold = generate(model, tok, ids, **kw)
+    state = prefill_state(model, ids[:20])
+    prefix = KVPrefix(ids[:20], state)
+    late = dict(max_new_tokens=16, eos_token_ids=[], kv_bits=4, kv_group_size=32, quantized_kv_start=len(ids) + 2)
+    reused = generate(model, tok, ids, prefix_cache=prefix, **late)
+    cold = generate(model, tok, ids, **late)
     assert reused.cached_tokens == 20 and reused.token_ids == cold.token_ids
     assert np.allclose(reused.logprobs, cold.logprobs, atol=1e-4)
+    exact = generate(model, tok, ids, max_new_tokens=16, eos_token_ids=[])
+    assert exact.logprobs != cold.logprobs  # the codes were used after the start
+
+    at_once = generate(model, tok, ids, prefix_cache=prefix, **{**late, "quantized_kv_start": 0})
+    caches = [model.quantize_cache(DenseKVCache(key_values=kv), 4, 32) for kv in state]
+    steps = generate_step(model, ids[20:], caches, offset=20)
+    want = [next(steps) for _ in range(16)]
+    assert at_once.cached_tokens == 20 and at_once.token_ids == [t for t, _ in want]
+    assert at_once.logprobs == [lp for _, lp in want]
+
+
+@pytest.mark.kernels
+def test_start_zero_never_reads_exact_kv_so_chunking_changes_nothing(tmp_path, qwen3_tokenizer_dir):
+    """quantized_kv_start=0: the caches are quantized while empty, so every pass - the prompt's too - reads codes
+    (fs checks before the first pass as well as after each; mlx-lm only after). A prompt fed in one pass or in
+    chunks, or as decode steps, then gives the same bits on the batch-invariant kernels: the engine's contract."""
+    from fs_generate import step
+    from fs_weights import preset, write_random_checkpoint
+
+    d = write_random_checkpoint(tmp_path / "bf16", preset("tiny"), dtype="bfloat16", tokenizer=qwen3_tokenizer_dir)
+    model, tok = load(str(d))
+    ids = tok.encode(PROMPT)
+    kw = dict(max_new_tokens=8, eos_token_ids=[], kv_bits=8, kv_group_size=32)
+    whole = generate(model, tok, ids, **kw)
+    from fs_generate.generate import Generator
+
+    g = Generator(model, tok, ids, **kw)
+    got = []
+    for chunk in (5, 1):
+        caches = model.make_cache()
+        g.kv_bits(model, caches)
+        assert all(type(c) is QuantizedKVCache for c in caches)  # quantized while empty
+        steps = step.generate_step(model, ids, caches, chunk=chunk, after_pass=g.kv_bits)
+        got.append([next(steps) for _ in range(8)])
+    for run in got:
+        assert [t for t, _ in run] == whole.token_ids and [lp for _, lp in run] == whole.logprobs

@@ -68,3 +68,35 @@ def test_bad_parts_are_refused_by_name():
     c.update_and_fetch(k, k)
     with pytest.raises(KVCacheError, match="cannot append"):
         c.update_and_fetch(*(tuple(a.astype(np.float64) if a.dtype == np.float32 else a for a in k),) * 2)
+
+
+def test_a_quantized_block_pool_keeps_each_slot_s_triple_and_copies_all_three_parts():
+    """The engine's pool with ``bits``: codes, scales and biases per slot; write, gather and a copy-on-write copy
+    move the three together (copying only the codes would give a forked block its parent's scales... or none)."""
+    from fs_kvcache import BlockPool, KVStore
+
+    pool = BlockPool(6, 4)
+    store = KVStore(pool, layers=2, kv_heads=2, head_dim=8, dtype=np.float32, bits=4, group_size=4)
+    assert [a.shape for a in store.k[0]] == [(2, 24, 1), (2, 24, 2), (2, 24, 2)]
+    assert store.nbytes == 6 * KVStore.block_bytes(2, 2, 8, np.float32, 4, bits=4, group_size=4)
+    assert KVStore.block_bytes(2, 2, 8, np.float32, 4, bits=4, group_size=4) == 2 * 2 * 2 * 4 * (4 + 16)
+    rng = np.random.default_rng(0)
+
+    def triple(n):
+        return (rng.integers(0, 2**32, (2, n, 1), dtype=np.uint32), rng.random((2, n, 2), np.float32),
+                rng.random((2, n, 2), np.float32))  # fmt: skip
+
+    k, v = triple(3), triple(3)
+    table = np.array([4, 1])  # positions 0-3 in block 4, 4-7 in block 1
+    store.write(1, store.slots(table, 6)[3:], k, v)  # positions 3, 4, 5
+    K, V = store.gather(1, table, 6)
+    for got, want in ((K, k), (V, v)):
+        for g, w in zip(got, want, strict=True):
+            assert g.shape == (1, *w.shape[:1], 6, w.shape[2]) and (g[0, :, 3:] == w).all()
+    store.copy(1, 0)
+    K0, _ = store.gather(1, np.array([4, 0]), 6)
+    assert all((a == b).all() for a, b in zip(K0, K, strict=True))
+    with pytest.raises(KVCacheError, match="keeps 3 array"):
+        store.write(0, store.slots(table, 1), k[0][:, :1], v[0][:, :1])
+    with pytest.raises(KVCacheError, match="do not fit heads of 8 dims"):
+        KVStore(pool, layers=1, kv_heads=2, head_dim=8, dtype=np.float32, bits=4, group_size=3)

@@ -39,11 +39,12 @@ def solo_logits(model, seq):
     return model(np.array([seq]), 0, caches, logits_to_keep=1)[0, -1]
 
 
-def run_paged(model, seqs, splits, block_size, num_blocks=256):
+def run_paged(model, seqs, splits, block_size, num_blocks=256, kv=()):
     """Every sequence's first ``splits[i]`` tokens in one packed step, the rest in a second (a decode step where one
-    token remains). Returns the second step's logits [n, V], the pool, the tables, the store."""
+    token remains). Returns the second step's logits [n, V], the pool, the tables, the store. ``kv``: (bits, group
+    size) for a pool of codes."""
     pool = BlockPool(num_blocks, block_size)
-    store = model.make_kv_store(pool)
+    store = model.make_kv_store(pool, *kv)
     tables = [BlockTable(pool) for _ in seqs]
     for part in (lambda s, c: s[:c], lambda s, c: s[c:]):
         runs = [(t, part(s, c)) for t, s, c in zip(tables, seqs, splits, strict=True)]
@@ -90,6 +91,29 @@ def test_each_packed_sequence_gets_its_solo_logits(models, fmt, batch, block_siz
             assert rel_err(got[i], want) <= 1e-5
         else:
             assert np.array_equal(got[i], want), f"sequence {i} of {len(batch)} (block size {block_size})"
+
+
+@pytest.mark.kernels
+@pytest.mark.parametrize(("fmt", "bits"), [("bf16", 8), ("bf16", 4), ("int4", 4)])
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(batch=seqs, block_size=st.sampled_from([1, 3, 16]), data=st.data())
+def test_a_pool_of_codes_gives_each_sequence_its_solo_logits_over_a_quantized_cache(
+    models, fmt, bits, batch, block_size, data
+):
+    """``make_kv_store(pool, bits, group_size)`` (the engine's kv_bits): codes written before attention reads them,
+    read in place from scattered blocks; each sequence's logits are those of ``model(...)`` alone over a quantized
+    dense cache that was quantized from its first position, bit for bit."""
+    if fmt not in models:
+        pytest.skip("numba is not installed: the kept-weight kernels are tested by `nox -s kernels`")
+    model = models[fmt]
+    splits = [data.draw(st.integers(1, len(s) - 1)) for s in batch]
+    got, _, _, store = run_paged(model, batch, splits, block_size, kv=(bits, 32))
+    assert store.bits == bits and len(store.k[0]) == 3  # codes, scales, biases
+    for i, s in enumerate(batch):
+        caches = model.make_cache("quantized", bits=bits, group_size=32)
+        model(np.array([s[: splits[i]]]), 0, caches, logits_to_keep=1)
+        want = model(np.array([s[splits[i] :]]), splits[i], caches, logits_to_keep=1)[0, -1]
+        assert np.array_equal(got[i], want), f"sequence {i} of {len(batch)} (block size {block_size})"
 
 
 def test_the_pool_holds_each_sequences_keys_where_its_table_says(models):

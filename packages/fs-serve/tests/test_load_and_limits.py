@@ -5,6 +5,7 @@ import threading
 import time
 
 import httpx
+import numpy as np
 
 from fs_generate import generate
 from serving import start
@@ -193,3 +194,27 @@ def test_metrics_count_tokens_and_report_the_engine(server):
         next(line.split()[1] for line in text.splitlines() if line.startswith("fs:generation_tokens_total"))
     )
     assert generated >= 5
+
+
+def test_kv_bits_serves_from_a_pool_of_codes(tiny):
+    """``fs-serve --kv-bits 8 --kv-group-size 32``: the engine's pool keeps codes (stats say so, and the same budget
+    holds more blocks), and an answer is generate's with the same kv_bits."""
+    from fs_serve.cli import parser
+
+    args = parser().parse_args(["--kv-bits", "8", "--kv-group-size", "32"])
+    assert (args.kv_bits, args.kv_group_size) == (8, 32)
+    model, tok = tiny
+    s = start(model, tok, kv_bits=8, kv_group_size=32, kv_budget_bytes=2 << 20)
+    try:
+        stats = s.state.engine.stats()
+        assert stats["kv_bits"] == 8 and stats["kv_blocks_total"] * model.kv_block_bytes(16) > 2 << 20
+        body = chat_body(3, 12)
+        choice = s.client(timeout=120).chat.completions.create(**body, logprobs=True).choices[0]
+    finally:
+        s.stop()
+    ids = tok.apply_chat_template(body["messages"], add_generation_prompt=True, tokenize=True)
+    want = generate(model, tok, ids, max_new_tokens=12, kv_bits=8, kv_group_size=32)
+    got = [t.logprob for t in choice.logprobs.content]
+    assert choice.message.content == want.text and np.allclose(got, want.logprobs, rtol=0, atol=1e-5)
+    exact = generate(model, tok, ids, max_new_tokens=12)
+    assert np.abs(np.subtract(exact.logprobs, got)).max() > 1e-4  # the codes were read

@@ -43,6 +43,7 @@ def generate_batch(
     pad = [P - len(g.prompt) for g in live]
     caches = model.make_cache()
     quantize = gens[0].kv_bits or (lambda model, caches: None)  # every row was given the same keywords
+    quantize(model, caches)  # as prefill does: before the first pass too
     t0 = time.perf_counter()
     rows = [[0] * p + g.prompt for p, g in zip(pad, live, strict=True)]
     logits = last_logits(model(tokens_for(model, rows), 0, caches, logits_to_keep=1, pad=pad))

@@ -35,6 +35,7 @@ from .engine_drafts import EngineDrafts
 from .engine_loop import EngineLoop
 from .errors import ConstraintError, GenerateError
 from .generate import Generator
+from .kv_bits import KVBits
 from .kv_budget import block_pool
 from .request import FINISHED, Request, RequestHandle
 from .scheduler import Scheduler
@@ -56,6 +57,8 @@ class Engine(EngineLoop):
         draft_model: Any = None,
         num_draft_tokens: int = 3,
         prompt_lookup_num_tokens: int = 0,
+        kv_bits: int | None = None,
+        kv_group_size: int = 64,
     ):
         for name, v in (("max_batch", max_batch), ("max_step_tokens", max_step_tokens), ("block_size", block_size)):
             if type(v) is not int or v < 1:
@@ -67,11 +70,18 @@ class Engine(EngineLoop):
             )
         self.model, self.tokenizer = model, tokenizer
         self.drafts = EngineDrafts(model, draft_model, num_draft_tokens, prompt_lookup_num_tokens)
-        self.pool, self.store, self.kv_budget_note = block_pool(model, kv_budget_bytes, block_size, max_batch)
+        # kv_bits: the pool keeps K/V as affine codes from the first position, written before any pass reads them
+        # (vLLM's --kv-cache-dtype and llama.cpp's -ctk do the same; mlx-lm's late conversion is generate()'s)
+        self.kv_bits = KVBits(kv_bits, kv_group_size) if kv_bits is not None else None
+        if self.kv_bits is not None:
+            self.kv_bits.check(model)
+        self.pool, self.store, self.kv_budget_note = block_pool(model, kv_budget_bytes, block_size, max_batch,
+                                                                self.kv_bits)  # fmt: skip
         identity = identity_string(
             weights=getattr(model, "weights_digest", "") or getattr(model, "path", ""),
             kv_dtype=getattr(model, "kv_dtype", ""),
             block_size=block_size,
+            kv_bits=f"{kv_bits}/{kv_group_size}" if kv_bits is not None else "",
         )
         self.prefix = BlockPrefixCache(self.pool, identity) if prefix_cache else None
         self.scheduler = Scheduler(self.pool, self.prefix, self.store.copy, max_batch, max_step_tokens)
@@ -297,4 +307,5 @@ class Engine(EngineLoop):
             "kv_blocks_total": self.pool.num_blocks,
             "block_size": self.pool.block_size,
             "kv_budget_bytes": self.store.nbytes,
+            "kv_bits": self.kv_bits.bits if self.kv_bits is not None else None,
         }

@@ -1,13 +1,16 @@
 """mlx-lm's ``--kv-bits``: keep the KV cache as affine 2/4/8-bit codes once it holds enough positions.
 
-The rule is mlx-lm's ``maybe_quantize_kv_cache``, applied at the same moments: after every forward pass (each
-prefill chunk, each decode step), a full-precision dense cache holding at least ``start`` positions is replaced by
-a quantized one (``model.quantize_cache``); from then on each new position is quantized as it is written and
-attention reads the codes. Before that the cache stays exact, so short prompts with the CLI's default start (5000,
-mlx-lm's) never pay for it.
+The rule is mlx-lm's ``maybe_quantize_kv_cache``: a full-precision dense cache holding at least ``start`` positions
+is replaced by a quantized one (``model.quantize_cache``); from then on each new position is quantized as it is
+written and attention reads the codes. Before that the cache stays exact, so short prompts with the CLI's default
+start (5000, mlx-lm's) never pay for it. mlx-lm checks after every forward pass; fs checks after every pass and
+before the first one, so with ``start=0`` (the Python API's default) no pass ever reads exact K/V - the engine's
+``kv_bits``, whose pool keeps codes from the first position (vLLM's ``--kv-cache-dtype`` and llama.cpp's ``-ctk``
+do the same), then equals ``generate`` bit for bit, and a prompt's result does not depend on how it was chunked.
 
-Worked example (``start=0``, a 12-token prompt, one prefill chunk): the prompt's pass attends over exact K/V, the
-caches then become 12 positions of codes, and the first decode step attends over them plus its own quantized K/V.
+Worked example (``start=0``, a 12-token prompt): the caches are quantized while empty, the prompt's pass writes its
+12 positions as codes and attends over them, and every decode step after it does the same with its one position.
+With ``start=12`` the prompt's pass attends over exact K/V, the caches then become 12 positions of codes.
 Bytes per cached position and layer for 8 kv heads of 128 dims (Qwen3-0.6B): bf16 4096; 8-bit, group 64: 2304
 (codes 2048 + scales and biases 256, float32 on the numpy backend); 4-bit: 1280.
 """
@@ -20,6 +23,8 @@ from fs_kvcache import KV_BITS, DenseKVCache
 from fs_model import CausalLM
 
 from .errors import GenerateError
+
+__all__ = ["DEFAULT_QUANTIZED_KV_START", "KV_BITS", "KV_GROUP_SIZES", "KVBits"]  # KV_BITS: fs-kvcache's, for the CLIs
 
 KV_GROUP_SIZES = (32, 64, 128)  # mlx-lm's
 DEFAULT_QUANTIZED_KV_START = 5000  # mlx-lm's CLI default (its Python API's is 0, as ``generate``'s here)
@@ -45,7 +50,8 @@ class KVBits:
             raise GenerateError(f"kv_group_size {self.group_size} does not divide this model's head_dim {D}")
 
     def __call__(self, model: Any, caches: Sequence[Any] | None) -> None:
-        """After a forward pass: quantize, in place in the list, every dense cache that has reached ``start``."""
+        """Before the first pass and after every pass: quantize, in place in the list, every dense cache that has
+        reached ``start``."""
         if caches is None:
             return
         assert isinstance(caches, list)

@@ -49,13 +49,17 @@ def default_kv_budget(token_bytes: int, context: int, max_batch: int) -> tuple[i
     return budget, f"kv_budget_bytes=None: {budget / 2**20:.1f} MiB for the K/V pool ({source})"
 
 
-def block_pool(model: Any, kv_budget_bytes: int | None, block_size: int, max_batch: int) -> tuple[BlockPool, Any, str]:
+def block_pool(
+    model: Any, kv_budget_bytes: int | None, block_size: int, max_batch: int, kv_bits: Any = None
+) -> tuple[BlockPool, Any, str]:
     """The engine's block pool and the model's K/V store over it, sized by ``kv_budget_bytes`` (the default above
-    when None) -> (pool, store, a line saying how it was sized). A budget that holds no block, exceeds the machine's
-    memory or cannot be allocated is refused with the numbers."""
+    when None) -> (pool, store, a line saying how it was sized). ``kv_bits`` (a ``KVBits``): blocks of codes, so
+    the same budget holds more of them. A budget that holds no block, exceeds the machine's memory or cannot be
+    allocated is refused with the numbers."""
     if kv_budget_bytes is not None and (type(kv_budget_bytes) is not int or kv_budget_bytes < 1):
         raise GenerateError(f"kv_budget_bytes must be a positive int or None, got {kv_budget_bytes!r}")
-    block_bytes = model.kv_block_bytes(block_size)
+    fmt = (kv_bits.bits, kv_bits.group_size) if kv_bits is not None else ()
+    block_bytes = model.kv_block_bytes(block_size, *fmt)
     note = f"kv_budget_bytes={kv_budget_bytes}"
     if kv_budget_bytes is None:
         ctx = model.config.max_position_embeddings
@@ -75,7 +79,7 @@ def block_pool(model: Any, kv_budget_bytes: int | None, block_size: int, max_bat
         )
     pool = BlockPool(num_blocks, block_size)
     try:
-        store = model.make_kv_store(pool)
+        store = model.make_kv_store(pool, *fmt)
     except MemoryError:
         raise GenerateError(
             f"kv_budget_bytes={kv_budget_bytes}: the K/V pool ({num_blocks} blocks) could not be allocated"

@@ -73,12 +73,12 @@ class Watchdog:
                 os._exit(WATCHDOG_EXIT)
 
 
-def agreed_kv_budget(model: Any, group: Any, max_batch: int, block_size: int) -> int:
+def agreed_kv_budget(model: Any, group: Any, max_batch: int, block_size: int, kv_format: tuple[int, ...] = ()) -> int:
     """The default K/V pool every rank can hold: each rank's own default (``default_kv_budget``), the smallest
     over the group - the ranks must allocate the same pool, or memory pressure would preempt differently."""
     import mlx.core as mx
 
-    token_bytes = model.kv_block_bytes(block_size) // block_size
+    token_bytes = model.kv_block_bytes(block_size, *kv_format) // block_size
     mine, _ = default_kv_budget(token_bytes, model.config.max_position_embeddings, max_batch)
     every = mx.distributed.all_gather(mx.array([mine >> 20], dtype=mx.int32), group=group)
     return int(np.array(every).min()) << 20
@@ -87,7 +87,10 @@ def agreed_kv_budget(model: Any, group: Any, max_batch: int, block_size: int) ->
 class LockstepEngine(Engine):
     def __init__(self, model: Any, tokenizer: Any, *, group: Any, watchdog_s: float = 30.0, **kw: Any):
         if kw.get("kv_budget_bytes") is None:
-            kw["kv_budget_bytes"] = agreed_kv_budget(model, group, kw.get("max_batch", 16), kw.get("block_size", 16))
+            fmt = (kw["kv_bits"], kw.get("kv_group_size", 64)) if kw.get("kv_bits") is not None else ()
+            kw["kv_budget_bytes"] = agreed_kv_budget(
+                model, group, kw.get("max_batch", 16), kw.get("block_size", 16), fmt
+            )
         super().__init__(model, tokenizer, **kw)
         self.group, self.rank = group, group.rank()
         self.watchdog = Watchdog(watchdog_s, self.rank)

@@ -86,8 +86,11 @@ def prefill(
     after_pass: AfterPass | None = None,
 ) -> tuple[np.ndarray, int]:
     """Feed ``ids`` at ``offset`` (``chunk`` tokens per pass; all at once without caches) -> (last logits [V],
-    forward passes). Needs at least one id. ``after_pass(model, caches)`` runs after every pass (``--kv-bits``)."""
+    forward passes). Needs at least one id. ``after_pass(model, caches)`` runs before the first pass and after every
+    pass (``--kv-bits``: a cache that already holds ``start`` positions is quantized before any pass reads it)."""
     ids = list(ids)
+    if after_pass is not None:
+        after_pass(model, caches)
     like, passes, out = _cache_array(model, caches), 0, None
     step = chunk if caches is not None else max(1, len(ids))
     for at in range(0, len(ids), step):

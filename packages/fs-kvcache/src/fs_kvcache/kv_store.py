@@ -9,6 +9,13 @@ float32, or bf16 bits as uint16 - or MLX arrays for the MLX backend). Slot ``s =
 in place - and a dense cache ``[B, kv_heads, capacity, D]`` is the same layout with one block per row (the fused
 kernel serves both).
 
+Quantized (``bits``: the engine's ``kv_bits``): each of ``k[l]``, ``v[l]`` is the triple a ``QuantizedKVCache``
+keeps, slot for slot - codes uint32 ``[kv_heads, slots, D*bits/32]``, scales and biases ``[kv_heads, slots,
+D/group_size]`` in ``dtype`` - and every operation below applies to the three parts alike. A position is written
+as codes before anything reads it, so its K/V are the same codes whichever pass, chunk or prefix-cache hit wrote
+them (docs/engine.md). Bytes per position and layer, K and V, for 8 kv heads of 128 dims with float32 scales:
+8-bit, group 64: 2 x (1024 codes + 128 scales and biases) = 2304; 4-bit: 2 x (512 + 128) = 1280; bf16: 4096.
+
 A step (``PagedBatch``) packs the new tokens of n sequences one after another:
 
     tokens    [N]      sequence i's new tokens are tokens[starts[i]:starts[i+1]]
@@ -31,48 +38,95 @@ from .arrays import index, is_mlx
 from .block_table import BlockTable
 from .errors import KVCacheError
 from .paged import BlockPool
+from .quantized import KV_BITS
 
 
 class KVStore:
-    def __init__(self, pool: BlockPool, layers: int, kv_heads: int, head_dim: int, dtype: Any, like: Any = None):
-        """``like``: an array of the kind to store in (an MLX array makes MLX storage of ``dtype``, an mx.Dtype)."""
+    def __init__(
+        self,
+        pool: BlockPool,
+        layers: int,
+        kv_heads: int,
+        head_dim: int,
+        dtype: Any,
+        like: Any = None,
+        bits: int | None = None,
+        group_size: int = 64,
+    ):
+        """``like``: an array of the kind to store in (an MLX array makes MLX storage of ``dtype``, an mx.Dtype).
+        ``bits``: keep K/V as affine codes of ``group_size`` dims a scale (``dtype``: the scales' and biases')."""
         self.pool, self.block_size = pool, pool.block_size
-        shape = (kv_heads, pool.num_blocks * pool.block_size, head_dim)
+        self.bits, self.group_size = bits, group_size
+        parts = self.parts(kv_heads, pool.num_blocks * pool.block_size, head_dim, dtype, bits, group_size)
         self.k: list[Any]
         self.v: list[Any]
         if like is not None and is_mlx(like):
             import mlx.core as mx
 
-            self.k, self.v = (
-                [mx.zeros(shape, dtype) for _ in range(layers)],
-                [mx.zeros(shape, dtype) for _ in range(layers)],
-            )
-            self._nbytes = 2 * layers * int(np.prod(shape)) * dtype.size
+            def make() -> Any:
+                got = tuple(mx.zeros(shape, mx.uint32 if code else dtype) for shape, code in parts)
+                return got if bits else got[0]
+
+            self.k, self.v = [make() for _ in range(layers)], [make() for _ in range(layers)]
             # made now, not lazily: MLX evaluates a lazy array only on the thread that made it, and the engine
             # may run its steps on another (Engine.start's thread) - "There is no Stream(cpu, 0) in current thread"
-            mx.eval(*self.k, *self.v)
+            mx.eval(*self.arrays())
         else:  # np.zeros maps pages lazily: a generous budget costs memory only as blocks are first written
-            self.k, self.v = (
-                [np.zeros(shape, dtype) for _ in range(layers)],
-                [np.zeros(shape, dtype) for _ in range(layers)],
-            )
-            self._nbytes = 2 * layers * int(np.prod(shape)) * np.dtype(dtype).itemsize
+
+            def make() -> Any:
+                got = tuple(np.zeros(shape, np.uint32 if code else dtype) for shape, code in parts)
+                return got if bits else got[0]
+
+            self.k, self.v = [make() for _ in range(layers)], [make() for _ in range(layers)]
+        self._nbytes = sum(int(a.nbytes) for a in self.arrays())
 
     @staticmethod
-    def block_bytes(layers: int, kv_heads: int, head_dim: int, dtype: np.dtype | str, block_size: int) -> int:
-        """Bytes one block takes: K and V, every layer."""
-        return 2 * layers * kv_heads * block_size * head_dim * np.dtype(dtype).itemsize
+    def parts(
+        kv_heads: int, slots: int, head_dim: int, dtype: Any, bits: int | None, group_size: int
+    ) -> list[tuple[tuple[int, int, int], bool]]:
+        """Each stored array of one side of one layer: (shape, holds codes). One array ``[kv_heads, slots, D]``,
+        or codes, scales and biases."""
+        if not bits:
+            return [((kv_heads, slots, head_dim), False)]
+        if bits not in KV_BITS or type(group_size) is not int or group_size < 1 or head_dim % group_size:
+            raise KVCacheError(f"kv bits {bits!r} / group size {group_size!r} do not fit heads of {head_dim} dims")
+        groups = (kv_heads, slots, head_dim // group_size)
+        return [((kv_heads, slots, head_dim * bits // 32), True), (groups, False), (groups, False)]
+
+    @staticmethod
+    def block_bytes(
+        layers: int,
+        kv_heads: int,
+        head_dim: int,
+        dtype: Any,
+        block_size: int,
+        bits: int | None = None,
+        group_size: int = 64,
+    ) -> int:
+        """Bytes one block takes: K and V, every layer (``dtype`` a numpy dtype, or anything with ``size``)."""
+        try:
+            size = np.dtype(dtype).itemsize
+        except TypeError:  # an mx.Dtype
+            size = dtype.size
+        one = sum(
+            int(np.prod(shape)) * (4 if code else size)
+            for shape, code in KVStore.parts(kv_heads, block_size, head_dim, dtype, bits, group_size)
+        )
+        return 2 * layers * one
 
     @property
     def nbytes(self) -> int:
         return self._nbytes
 
+    def arrays(self) -> list[Any]:
+        """Every stored array, K then V, layer by layer (each part of a quantized side)."""
+        return [a for side in (self.k, self.v) for layer in side for a in _parts(layer)]
+
     def copy(self, src: int, dst: int) -> None:
         """Block ``src``'s numbers into block ``dst``, every layer (a ``BlockTable.reserve`` copy-on-write)."""
         a, b = src * self.block_size, dst * self.block_size
-        for kv in (self.k, self.v):
-            for layer in kv:
-                layer[:, b : b + self.block_size] = layer[:, a : a + self.block_size]
+        for part in self.arrays():
+            part[:, b : b + self.block_size] = part[:, a : a + self.block_size]
 
     def prefault(self, blocks: int) -> None:
         """Write zeros over blocks 0 .. ``blocks``-1 of every layer, so the OS maps their pages now: a fresh pool's
@@ -80,18 +134,22 @@ class KVStore:
         hands out low blocks first (``BlockPool``), so a server's first requests then write into mapped memory."""
         if self.pool.free_blocks != self.pool.num_blocks:
             raise KVCacheError("prefault writes zeros: only a pool with no block in use may be prefaulted")
-        if not isinstance(self.k[0], np.ndarray):
+        if not isinstance(self.arrays()[0], np.ndarray):
             return  # MLX made its arrays whole (see __init__)
         end = min(blocks, self.pool.num_blocks) * self.block_size
-        for kv in (self.k, self.v):
-            for layer in kv:
-                layer[:, :end] = 0
+        for part in self.arrays():
+            part[:, :end] = 0
 
     def write(self, layer: int, slots: np.ndarray, k: Any, v: Any) -> None:
-        """New K/V ``[kv_heads, N, D]`` of one layer into their slots."""
-        at = index(self.k[layer], slots.tolist()) if is_mlx(self.k[layer]) else slots
-        self.k[layer][:, at] = k
-        self.v[layer][:, at] = v
+        """New K/V ``[kv_heads, N, D]`` of one layer into their slots (quantized: triples ``[kv_heads, N, *]``)."""
+        like = _parts(self.k[layer])[0]
+        at = index(like, slots.tolist()) if is_mlx(like) else slots
+        for side, new in ((self.k[layer], k), (self.v[layer], v)):
+            got = _parts(new)
+            if len(got) != len(_parts(side)):
+                raise KVCacheError(f"this store keeps {len(_parts(side))} array(s) per side; got {len(got)}")
+            for part, x in zip(_parts(side), got, strict=True):
+                part[:, at] = x
 
     def slots(self, table: np.ndarray, T: int) -> np.ndarray:
         """Slots of positions 0 .. T-1 of the sequence with block ids ``table``."""
@@ -100,10 +158,21 @@ class KVStore:
 
     def gather(self, layer: int, table: np.ndarray, T: int) -> tuple[Any, Any]:
         """The first ``T`` positions of the sequence with block ids ``table`` as dense ``[1, kv_heads, T, D]`` copies
-        (the reference path's and MLX's view; the fused kernel reads the blocks in place)."""
+        (quantized: triples ``[1, kv_heads, T, *]``; the reference path's and MLX's view; the fused kernel reads
+        the blocks in place)."""
         s = self.slots(table, T)
-        at = index(self.k[layer], s.tolist()) if is_mlx(self.k[layer]) else s
-        return self.k[layer][:, at][None], self.v[layer][:, at][None]
+        like = _parts(self.k[layer])[0]
+        at = index(like, s.tolist()) if is_mlx(like) else s
+
+        def take(side: Any) -> Any:
+            got = tuple(part[:, at][None] for part in _parts(side))
+            return got if self.bits else got[0]
+
+        return take(self.k[layer]), take(self.v[layer])
+
+
+def _parts(side: Any) -> tuple[Any, ...]:
+    return side if isinstance(side, tuple) else (side,)
 
 
 @dataclass(frozen=True)

@@ -62,6 +62,8 @@ class ServeConfig:
     max_queue: int = 64  # engine requests waiting beyond max_batch before 429
     max_step_tokens: int = 512
     kv_budget_bytes: int | None = None
+    kv_bits: int | None = None  # the pool keeps K/V as affine codes (llama-server's -ctk/-ctv q8_0, vLLM's fp8)
+    kv_group_size: int = 64
     api_key: str | None = None
     max_body_bytes: int = 4 << 20
     defaults: dict[str, Any] = field(default_factory=dict)  # sampling defaults (generation_config.json)
@@ -118,8 +120,9 @@ class State:
 def make_engine(model: Any, tokenizer: Any, c: ServeConfig, **speculation: Any) -> Engine:
     """The engine the config asks for; under a group, every rank must make it with the same arguments."""
     kw: dict[str, Any] = dict(
-        max_batch=c.max_batch, max_step_tokens=c.max_step_tokens, kv_budget_bytes=c.kv_budget_bytes, **speculation
-    )
+        max_batch=c.max_batch, max_step_tokens=c.max_step_tokens, kv_budget_bytes=c.kv_budget_bytes,
+        kv_bits=c.kv_bits, kv_group_size=c.kv_group_size, **speculation,
+    )  # fmt: skip
     if c.group is None:
         return Engine(model, tokenizer, **kw)
     from fs_generate.lockstep import LockstepEngine

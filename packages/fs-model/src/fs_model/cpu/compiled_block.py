@@ -195,7 +195,7 @@ class CompiledBlock(InvariantBlock):
     def __call__(self, x: np.ndarray, tables: Any, cache: Any = None, pad: np.ndarray | None = None) -> np.ndarray:
         p = self.plan
         dense = cache is None or (hasattr(cache, "update_and_fetch_buffers") and not getattr(cache, "bits", 0))
-        covered = dense or isinstance(cache, PagedLayer)
+        covered = dense or (isinstance(cache, PagedLayer) and not cache.store.bits)  # codes: the fused path's
         if p is None or not covered or chunk_window(cache, x.shape[1]) is not None:
             return super().__call__(x, tables, cache, pad)
         return self._compiled(x, tables, cache, pad)

@@ -95,9 +95,16 @@ class FusedAttention(Attention):
         k, v = k.transpose(1, 0, 2), v.transpose(1, 0, 2)  # [nkv, N, D]
         if self.kv_bf16:
             k, v = fused.to_bf16(k), fused.to_bf16(v)
-        st.write(layer, bt.slots, k, v)
+        K: Any
+        V: Any
+        if st.bits:  # a quantized pool (the engine's kv_bits): codes written before anything reads them
+            q8 = [tuple(p[0] for p in fused.quantize_kv(x[None], st.bits, st.group_size, self.kv_bf16)) for x in (k, v)]
+            st.write(layer, bt.slots, *q8)
+            K, V = (tuple(p[None] for p in side) for side in (st.k[layer], st.v[layer]))
+        else:
+            st.write(layer, bt.slots, k, v)
+            K, V = st.k[layer][None], st.v[layer][None]
         rows = np.zeros(len(bt.context), np.int64)  # one pool: every sequence reads row 0
-        K, V = st.k[layer][None], st.v[layer][None]
         return attention.attend_rows(q, K, V, rows, bt.tables, st.block_size, bt.starts, bt.context, self.scale)
 
 

@@ -102,13 +102,20 @@ class Block:
         k = mx.fast.rms_norm(w["k_proj"](x).reshape(N, self.nkv, 1, self.D), w["k_norm"], self.eps)
         v = w["v_proj"](x).reshape(N, self.nkv, self.D)
         q, k = self.rope(q, positions), self.rope(k, positions)
-        st.write(cache.layer, bt.slots, k[:, :, 0].transpose(1, 0, 2), v.transpose(1, 0, 2))
+        new: Any = (k[:, :, 0].transpose(1, 0, 2), v.transpose(1, 0, 2))  # K, V [nkv, N, D]
+        if st.bits:  # a quantized pool (the engine's kv_bits): codes written before anything reads them
+            new = [tuple(p[0] for p in quantize_kv(x[None], st.bits, st.group_size)) for x in new]
+        st.write(cache.layer, bt.slots, *new)
         outs = []
         for i in range(len(bt.context)):
             a, b, T = int(bt.starts[i]), int(bt.starts[i + 1]), int(bt.context[i])
             K, V = st.gather(cache.layer, bt.tables[i], T)
             qi = q[a:b, :, 0].transpose(1, 0, 2)[None]  # [1, nh, n, D]
-            o = mx.fast.scaled_dot_product_attention(qi, K, V, scale=self.scale, mask="causal" if b - a > 1 else None)
+            mask = "causal" if b - a > 1 else None
+            if st.bits:
+                o = quantized_attention(qi, K, V, self.scale, mask, st.bits, st.group_size)
+            else:
+                o = mx.fast.scaled_dot_product_attention(qi, K, V, scale=self.scale, mask=mask)
             outs.append(o[0].transpose(1, 0, 2))  # [n, nh, D]
         out = mx.concatenate(outs, axis=0).reshape(1, N, self.nh * self.D)
         return w["o_proj"](out)
@@ -230,13 +237,20 @@ class MlxModel(Model):
 
     # --- the engine's step ---------------------------------------------------------------------------------
 
-    def make_kv_store(self, pool: BlockPool) -> KVStore:
+    def make_kv_store(self, pool: BlockPool, bits: int | None = None, group_size: int = 64) -> KVStore:
+        """With ``bits``: K/V as ``mx.quantize``'s triples (scales and biases in the model's dtype, as mlx-lm's)."""
         c = self.config
-        return KVStore(pool, c.num_hidden_layers, self.kv_heads, c.dim_head, self.dtype, like=mx.zeros(1))
+        if bits is not None:
+            self._check_kv_quantization(bits, group_size)
+        return KVStore(pool, c.num_hidden_layers, self.kv_heads, c.dim_head, self.dtype, like=mx.zeros(1), bits=bits,
+                       group_size=group_size)  # fmt: skip
 
-    def kv_block_bytes(self, block_size: int) -> int:
+    def kv_block_bytes(self, block_size: int, bits: int | None = None, group_size: int = 64) -> int:
         c = self.config
-        return 2 * c.num_hidden_layers * self.kv_heads * block_size * c.dim_head * self.dtype.size
+        if bits is not None:
+            self._check_kv_quantization(bits, group_size)
+        return KVStore.block_bytes(c.num_hidden_layers, self.kv_heads, c.dim_head, self.dtype, block_size, bits,
+                                   group_size)  # fmt: skip
 
     def forward_paged(self, batch: PagedBatch, store: KVStore) -> np.ndarray:
         """Logits [sum(batch.keep), V] (float32 numpy) at each sequence's last ``keep`` new tokens; as numpy's."""
@@ -248,7 +262,7 @@ class MlxModel(Model):
             x = block(x, positions, PagedLayer(store, i, batch), None)
         x = mx.fast.rms_norm(x[:, mx.array(batch.logit_rows.astype(np.int32))], self.norm, self.config.rms_norm_eps)
         logits = self.lm_head(x)[0]
-        mx.eval(logits, *store.k, *store.v)  # the writes too: each step's graph ends here
+        mx.eval(logits, *store.arrays())  # the writes too: each step's graph ends here
         return np.asarray(self.to_numpy(logits), dtype=np.float32)
 
     def tokens_array(self, ids: Sequence[int] | Sequence[Sequence[int]]) -> Any:

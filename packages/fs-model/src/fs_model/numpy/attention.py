@@ -77,13 +77,19 @@ class Attention:
         """An engine step: the new K/V [1, nkv, N, D] written into their slots, then each sequence's queries over
         its history gathered from the blocks (the reference may copy; the fused kernel reads in place)."""
         st, layer, bt = cache.store, cache.layer, cache.batch
-        st.write(layer, bt.slots, k[0], v[0])
+        if st.bits:  # a quantized pool (the engine's kv_bits): codes written before anything reads them
+            st.write(layer, bt.slots, *(tuple(p[0] for p in quantize_kv(x, st.bits, st.group_size, self.kv_bf16))
+                                        for x in (k, v)))  # fmt: skip
+        else:
+            st.write(layer, bt.slots, k[0], v[0])
         out = np.empty_like(q)  # [1, nh, N, D]
         G = self.nh // self.nkv
         for i in range(len(bt.context)):
             a, b, T = int(bt.starts[i]), int(bt.starts[i + 1]), int(bt.context[i])
             K, V = st.gather(layer, bt.tables[i], T)
-            if self.kv_bf16:
+            if st.bits:
+                K, V = dequantize_kv(K, st.bits, st.group_size), dequantize_kv(V, st.bits, st.group_size)
+            elif self.kv_bf16:
                 K, V = bf16_to_f32(K), bf16_to_f32(V)
             qg = q[:, :, a:b].reshape(1, self.nkv, G, b - a, self.D)
             out[:, :, a:b] = self._attend(qg, K, V, T - (b - a), None).reshape(1, self.nh, b - a, self.D)

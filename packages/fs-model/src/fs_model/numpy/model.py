@@ -82,16 +82,25 @@ class NumpyModel(Model):
 
     # --- the engine's step: many sequences, one pass, K/V in a block pool ------------------------------------
 
-    def make_kv_store(self, pool: BlockPool) -> KVStore:
-        """Every layer's K/V in ``pool``'s blocks, in this model's cache dtype."""
+    def make_kv_store(self, pool: BlockPool, bits: int | None = None, group_size: int = 64) -> KVStore:
+        """Every layer's K/V in ``pool``'s blocks, in this model's cache dtype; with ``bits`` as affine codes
+        (float32 scales and biases, bf16-rounded for a bf16 cache, as ``quantize_kv`` makes them)."""
         c = self.config
-        dtype = np.dtype(np.uint16 if self.kv_dtype == "bfloat16" else np.float32)
-        return KVStore(pool, c.num_hidden_layers, c.num_key_value_heads, c.dim_head, dtype)
+        dtype = self._store_dtype(bits, group_size)
+        return KVStore(pool, c.num_hidden_layers, c.num_key_value_heads, c.dim_head, dtype, bits=bits,
+                       group_size=group_size)  # fmt: skip
 
-    def kv_block_bytes(self, block_size: int) -> int:
+    def kv_block_bytes(self, block_size: int, bits: int | None = None, group_size: int = 64) -> int:
         c = self.config
-        dtype = np.dtype(np.uint16 if self.kv_dtype == "bfloat16" else np.float32)
-        return KVStore.block_bytes(c.num_hidden_layers, c.num_key_value_heads, c.dim_head, dtype, block_size)
+        dtype = self._store_dtype(bits, group_size)
+        return KVStore.block_bytes(c.num_hidden_layers, c.num_key_value_heads, c.dim_head, dtype, block_size,
+                                   bits, group_size)  # fmt: skip
+
+    def _store_dtype(self, bits: int | None, group_size: int) -> np.dtype:
+        if bits is not None:
+            self._check_kv_quantization(bits, group_size)
+            return np.dtype(np.float32)
+        return np.dtype(np.uint16 if self.kv_dtype == "bfloat16" else np.float32)
 
     def forward_paged(self, batch: PagedBatch, store: KVStore) -> np.ndarray:
         """Logits [sum(batch.keep), V] (float32) at each sequence's last ``keep`` new tokens (the last one alone
