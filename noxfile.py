@@ -201,6 +201,7 @@ BENCHES = {
     "generate_batch": ["benchmarks/generate_batch.py"],
     "kvcache_decode": ["benchmarks/kvcache_decode.py"],
     "kv_bits": ["benchmarks/kv_bits.py", "--contexts", "1024", "4096"],
+    "engine_kv_bits": ["benchmarks/engine_kv_bits.py"],
     "quant_quality": ["benchmarks/quant_quality.py"],
     "invariance_cost": ["benchmarks/invariance_cost.py"],
     "tile_groups": ["benchmarks/tile_groups.py"],
@@ -216,7 +217,8 @@ BENCHES = {
     "cold_start": ["benchmarks/cold_start.py", "--out", "docs/data/cold_start.json"],
 }
 # the scripts that take --llama-bin
-PEERS = {"cpu_speed", "engine_serving", "serve_load", "gguf_vs_llama", "kquant_speed", "moe_speed", "speculative_llama"}
+PEERS = {"cpu_speed", "engine_serving", "engine_kv_bits", "serve_load", "gguf_vs_llama", "kquant_speed", "moe_speed",
+         "speculative_llama"}  # fmt: skip
 
 
 @nox.session(default=False)
