@@ -209,6 +209,7 @@ BENCHES = {
     "superblock_scales": ["benchmarks/superblock_scales.py"],
     "half_scales": ["benchmarks/half_scales.py"],
     "q6k_integer_scales": ["benchmarks/q6k_integer_scales.py"],
+    "q4_column_lanes": ["benchmarks/q4_column_lanes.py"],
     "threads": ["benchmarks/threads.py"],
     "engine_serving": ["benchmarks/engine_serving.py", "--out", "docs/data/engine_serving.json"],
     "agent_branches": ["benchmarks/agent_branches.py"],
