@@ -249,14 +249,20 @@ def test_16_bit_scales_read_in_place_give_the_bits_of_float32_copies(tiled, kind
 
 
 def test_a_layer_keeps_16_bit_scales_only_where_every_call_takes_the_tiles(tiled, monkeypatch):
-    """AffineLinear reads bf16 scales in place (the same arrays: no float32 copy) on the tiles, and gives the other
-    paths - batch invariance off, a shape the tiles do not cover - float32 copies, with the same results."""
+    """AffineLinear reads bf16 scales in place (the same arrays - or, on q4ic, the same values laid out per 16 rows
+    in place of them: column_tiles.py -, no float32 copy) on the tiles, and gives the other paths - batch invariance
+    off, a shape the tiles do not cover - float32 copies, with the same results."""
     from fs_model import cpu
 
     held, widened = half_scaled(4, 64, 1024, 64)
     x = np.random.default_rng(3).standard_normal((5, 1024), dtype=np.float32)
     layer = AffineLinear(held)
-    assert layer.tiled and layer.w.scales is held.scales and layer.w.biases is held.biases
+    if layer.w.columns:
+        assert layer.tiles is not None and layer.tiles.kind == "q4ic" and layer.w.scales.dtype == np.uint16
+        rows = layer.w.in_rows()
+        assert np.array_equal(rows.scales, held.scales) and np.array_equal(rows.biases, held.biases)
+    else:
+        assert layer.tiled and layer.w.scales is held.scales and layer.w.biases is held.biases
     assert np.array_equal(layer.matmul(x), AffineLinear(widened).matmul(x))
     monkeypatch.setattr(cpu.SWITCHES, "batch_invariant", False)
     loose = AffineLinear(held)

@@ -17,7 +17,7 @@ import numpy as np
 from fs_weights import bf16_to_f32, dequantize, f32_to_bf16, quantize
 
 from ..numpy.linear import Linear
-from . import HAVE_NUMBA, SWITCHES, bf16_gemm, packed_codes, tiles, vnni
+from . import HAVE_NUMBA, SWITCHES, bf16_gemm, column_tiles, packed_codes, tiles, vnni
 from .blas import SMALL, blocked_matmul, scratch
 from .threads import bucket, fan_out
 
@@ -59,6 +59,8 @@ class AffineWeight:
     group_size: int
     # a GGUF K-quant's (layout, super-block records): what the tiles read instead of scales / biases (tiles.Tiled)
     records: tuple[str, np.ndarray] | None = None
+    # 4-bit codes, scales and biases laid out per 16 rows for the q4ic tiles (column_tiles.py), not planar per row
+    columns: bool = False
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -95,8 +97,24 @@ class AffineWeight:
         scales, biases = self.float_scales()
         return replace(self, scales=scales, biases=biases)
 
+    def in_columns(self) -> "AffineWeight":
+        """This 4-bit weight laid out per 16 rows (column_tiles.arrange): the same bytes, what q4ic reads."""
+        if self.columns:
+            return self
+        codes, scales, biases = column_tiles.arrange(self.codes, self.scales, self.biases)
+        return replace(self, codes=codes, scales=scales, biases=biases, columns=True)
+
+    def in_rows(self) -> "AffineWeight":
+        """The planar, one-row-at-a-time layout (the inverse of ``in_columns``)."""
+        if not self.columns:
+            return self
+        codes, scales, biases = column_tiles.planar(self.codes, self.scales, self.biases)
+        return replace(self, codes=codes, scales=scales, biases=biases, columns=False)
+
     def packed(self) -> np.ndarray:
         """The MLX uint32 packing (for fs_weights.dequantize; 5-/6-bit codes as MLX's 8-bit ones)."""
+        if self.columns:  # (its scales and biases: ``in_rows().scales``)
+            return self.in_rows().packed()
         if self.bits == 8:
             return np.ascontiguousarray(self.codes).view(np.uint32)
         if self.bits in (5, 6):
@@ -106,6 +124,8 @@ class AffineWeight:
 
     def dequantize(self) -> np.ndarray:
         """float32 [out, in] through fs_weights' reference dequantizer (the oracle the kernels are tested on)."""
+        if self.columns:
+            return self.in_rows().dequantize()
         bits = 8 if self.bits in (5, 6) else self.bits
         scales, biases = self.float_scales()
         return dequantize(self.packed(), scales, biases, bits=bits, group_size=self.group_size)
@@ -113,6 +133,15 @@ class AffineWeight:
     def rows(self, ids: np.ndarray) -> np.ndarray:
         """Dequantized rows (an embedding lookup)."""
         flat = ids.reshape(-1)
+        if self.columns:  # the 16-row blocks holding them, back in rows; then each id's own row
+            C = column_tiles.COLUMNS
+            at = ((flat // C)[:, None] * C + np.arange(C)).reshape(-1)
+            G = self.group_size
+            block = AffineWeight(self.codes[at], self.scales[at], self.biases[at], self.bits, G, columns=True)
+            mine = np.arange(flat.size) * C + flat % C
+            rows = block.in_rows()
+            part = AffineWeight(rows.codes[mine], rows.scales[mine], rows.biases[mine], self.bits, self.group_size)
+            return part.dequantize().reshape(*ids.shape, self.shape[1])
         part = AffineWeight(self.codes[flat], self.scales[flat], self.biases[flat], self.bits, self.group_size)
         return part.dequantize().reshape(*ids.shape, self.shape[1])
 
@@ -278,9 +307,13 @@ class AffineLinear(Linear):
         if tiles.scale_layout(w) is not None and not (self.tiled and self.invariant and keep):
             w = w.widened()  # only the tiles read 16-bit scales: the row kernels and the other paths get float32
             self.kind, self.tiled, _ = _tile_kind(w)
+        kind = tiles.widest(self.kind, k, G, layout=tiles.scale_layout(w))
+        if self.tiled and self.invariant:  # only the tiles read the column layout: every call must take them
+            kind = tiles.by_columns(kind, w.shape[0], k, G, tiles.scale_layout(w))
+            w = w.in_columns() if kind == column_tiles.KIND else w  # kept instead of the planar codes, not beside
         self.w = w
         self.shape = w.shape
-        self.tiles = tiles.Tiled(tiles.widest(self.kind, k, G, layout=tiles.scale_layout(w)), w) if self.tiled else None
+        self.tiles = tiles.Tiled(kind, w) if self.tiled else None
         self.integer_decode = vnni.applies(w.bits, w.group_size, k)
         self.gemm = bf16_gemm.applies(w) and not self.invariant
 

@@ -37,6 +37,7 @@ from . import (
     HAVE_NUMBA,
     SWITCHES,
     bf16_dot_tiles,
+    column_tiles,
     float_tiles,
     half_scales,
     integer_tiles,
@@ -72,6 +73,8 @@ TILES = {
     "q8i": ((1, 4), (2, 2), (2, 1), (2, 1)),  # 8-bit codes with int8 activations (integer_tiles.py)
     "q4iw": ((3, 4), (4, 2), (8, 1), (1, 1)),  # q4i on AVX-512 VNNI (vpdpbusd, 16 lanes)
     "q4iw32": ((1, 4), (2, 2), (2, 1), (1, 1)),  # q4iw on groups of 32: its own kernel (vnni_superblock.py)
+    # 16 output columns in the lanes (column_tiles.py): a tile is a whole work item; its edge is never walked
+    "q4ic": ((16, 4), (16, 2), (16, 1), (16, 1)),
     # GGUF's 5- and 6-bit codes packed, int8 activations (packed_codes.py); a trailing w: AVX-512 VNNI. Measured on
     # 24 distinct 3072×1024 matrices (Zen 4, 2026-12-06): 64 rows q6iw NR 1 / 2 / 3: 2.93 / 2.62 / 2.80 ms, q5iw
     # 2.21 / 2.11 / 2.07; 2 rows NR 1 best for all four; one row NR 1 (NR 2: 1.1-1.4x slower)
@@ -80,7 +83,8 @@ TILES = {
     "q6i": ((1, 4), (1, 2), (2, 1), (1, 1)),
     "q6iw": ((2, 4), (1, 2), (2, 1), (1, 1)),
 }
-INTEGER = ("q4i", "q8i", "q4iw", *packed_codes.KINDS)  # the kinds with int8 activations (integer_tiles.py)
+# the kinds with int8 activations (integer_tiles.py, column_tiles.py)
+INTEGER = ("q4i", "q8i", "q4iw", column_tiles.KIND, *packed_codes.KINDS)
 if any(tuple(MR for _, MR in panels) != (4, 2, 1, 1) for panels in TILES.values()):  # ``panels`` assumes it
     raise AssertionError("every TILES entry lists its panels for 4, 2 and 1 input rows and a one-row call's, in order")
 
@@ -114,11 +118,15 @@ def kernels(kind: str, G: int = 0, layout: str | None = None) -> tuple[int, ...]
     if key not in _compiled:
         prefix = tile_key(kind, G)
         superblock = prefix == "q4iw32"  # 4-bit groups of 32 on VNNI: its own kernel
-        shapes = [s for NR, MR in TILES[prefix] for s in ((NR, MR), (1, MR))]
+        columns = prefix == column_tiles.KIND  # whole 16-row blocks: the tile is its own edge
+        shapes = [s for NR, MR in TILES[prefix] for s in ((NR, MR), (NR if columns else 1, MR))]
         names = [f"{prefix}{'_' + layout if layout else ''}_{a}x{b}" for a, b in shapes]
         unique = dict(zip(names, shapes, strict=True))  # an NR of 1 makes a tile its own edge
         features: tuple[str, ...] = ("avx2", "fma")
-        if kind in packed_codes.KINDS:
+        if columns:
+            ir = integer_tiles.DECLARATIONS + column_tiles.source(sorted({b for _, b in unique.values()}), layout)
+            features = VNNI_FEATURES
+        elif kind in packed_codes.KINDS:
             vnni = kind.endswith("w")
             ir = integer_tiles.DECLARATIONS + "".join(
                 packed_codes.microkernel(a, b, int(kind[1]), vnni, layout) for a, b in unique.values()
@@ -177,6 +185,14 @@ def widest(kind: str, k: int, G: int = 0, bf16_activations: bool = True, layout:
     if kind == "q4i" and G != integer_tiles.GROUP and (G != vnni_superblock.G or k % vnni_superblock.STEP):
         return kind  # groups of 32 take VNNI a super-block (256 weights) per step: vnni_superblock.py
     return wide if kernels(wide, G, layout) is not None else kind
+
+
+def by_columns(kind: str, n: int, k: int, G: int, layout: str | None = None) -> str:
+    """``q4ic`` for a ``q4iw`` matrix (as ``widest`` chose it) whose shape column_tiles.py covers, where the CPU
+    compiles it and ``FS_COLUMN_TILES`` allows it; else ``kind``. Decided once per matrix, like its width."""
+    if kind != "q4iw" or not SWITCHES.column_tiles or not column_tiles.applies(n, k, G):
+        return kind
+    return column_tiles.KIND if kernels(column_tiles.KIND, G, layout) is not None else kind
 
 
 def applies(kind: str, k: int, G: int = 0, layout: str | None = None) -> bool:
@@ -242,6 +258,11 @@ class Tiled:
             codes, G, k = w.codes, w.group_size, w.shape[1]
             ps, pb, sg = w.scales.ctypes.data, w.biases.ctypes.data, w.scales.strides[0]
             outer, inner = (k // (2 * G), G // W) if kind in ("q4", "q4w", "q4i", "q4iw") else (k // G, G // W)
+            if kind == column_tiles.KIND:  # codes, scales and biases laid out per 16 rows, groups of 64 a step
+                if not getattr(w, "columns", False):
+                    w = self.w = w.in_columns()
+                codes, ps, pb, sg = w.codes, w.scales.ctypes.data, w.biases.ctypes.data, w.scales.strides[0]
+                outer, inner = k // G, 1
             if tile_key(kind, G) == "q4iw32":  # a super-block of 256 weights per step
                 outer = k // vnni_superblock.STEP
             if kind in packed_codes.KINDS:  # packed blocks of 64 weights

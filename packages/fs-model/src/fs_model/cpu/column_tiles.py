@@ -1,0 +1,178 @@
+"""4-bit codes × int8 activations with 16 *output columns* in a vector's lanes (``q4ic``, AVX-512 VNNI).
+
+Why: the ``q4iw`` tile (integer_tiles.py) puts 16 groups of 4 weights of *one* output in the lanes, so every
+``vpdpbusd`` (64 multiply-adds) of every (weight row, input row) pair is followed by that pair's own conversion,
+scale product, spread and two FMAs: one instruction in four multiplies, ~100 GFLOP/s a Zen 4 thread at any M.
+Here a group of 64 weights of 16 outputs is 16 ``vpdpbusd``, each taking 4 activation bytes broadcast from memory,
+and the float work comes once per 16 of them (benchmarks/q4_column_lanes.py: 2.1-3.2× on one thread).
+
+Layout (``arrange``): per block of 16 weight rows, per group g of 64 inputs, 8 pairs of 64 bytes; byte 4l + j of
+pair p holds row l's input 64g + 8p + j in its low nibble and 64g + 8p + 4 + j in its high one. Scales and biases
+per block, group and row: ``[n/16, k/64, 16]``, kept as an ``[n, k/64]`` array (row stride k/64 values, so the
+tiles' ``ps + i·sg`` for a block's first row i is the block's start). Same bytes as the planar layout.
+
+The contract, per output element (every tile: 16 × 4, 16 × 2, 16 × 1 - a row's bits never depend on M):
+
+    acc = 0;  for g in order:  I = Σ_j codes·xq  (exact int32);  acc = fma(float(I), s_g · sx_g, acc)
+                                                                  acc = fma(b_g, Σx_g, acc)
+
+with xq, sx, Σx the int8 activations, scale and sum of each group (integer_tiles.quantize_rows).
+"""
+
+from typing import Any
+
+import numpy as np
+
+from .float_tiles import PREFETCH
+
+KIND = "q4ic"
+COLUMNS = 16  # outputs a tile covers: one work item (tile_loops.BLOCK) is one tile
+G = 64  # inputs a group (the kind's only group size)
+V = "<16 x float>"
+LAYOUTS = (None, "bf16", "f16")  # scales and biases: float32, bf16 bits or float16 (read as stored)
+
+
+def applies(n: int, k: int, group: int) -> bool:
+    """The shape this kind covers: whole 16-row blocks, groups of 64."""
+    return n % COLUMNS == 0 and group == G and k % G == 0
+
+
+def arrange(codes: np.ndarray, scales: np.ndarray, biases: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Planar 4-bit codes [n, k/2] (affine.py) and per-group scales / biases [n, k/64] -> the layout above."""
+    from .affine import _unplanar
+
+    e = _unplanar(codes, G)  # [n, k] one code a byte
+    n, k = e.shape
+    c = e.reshape(n // COLUMNS, COLUMNS, k // 8, 2, 4)  # [block, lane, pair, half, j]
+    pairs = (c[:, :, :, 0, :] | (c[:, :, :, 1, :] << 4)).transpose(0, 2, 1, 3)  # [block, pair, lane, j]
+    out = np.ascontiguousarray(pairs, dtype=np.uint8).reshape(n, k // 2)
+
+    def columns(a: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(a.reshape(n // COLUMNS, COLUMNS, -1).transpose(0, 2, 1)).reshape(n, -1)
+
+    return out, columns(scales), columns(biases)
+
+
+def planar(codes: np.ndarray, scales: np.ndarray, biases: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Inverse of ``arrange`` (the dequantizing oracle, an embedding's rows)."""
+    from .affine import _planar
+
+    n, half = codes.shape
+    pairs = codes.reshape(n // COLUMNS, 2 * half // 8, COLUMNS, 4).transpose(0, 2, 1, 3)  # [block, lane, pair, j]
+    e = np.stack([pairs & 15, pairs >> 4], axis=3).reshape(n, 2 * half)
+
+    def rows(a: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(a.reshape(n // COLUMNS, -1, COLUMNS).transpose(0, 2, 1)).reshape(n, -1)
+
+    return _planar(e, G), rows(scales), rows(biases)
+
+
+def _load(name: str, address: str, ty: str, offset: int | str = 0) -> list[str]:
+    at = f"{name}.a"
+    return [
+        f"  {at} = add i64 {address}, {offset}",
+        f"  {name}.p = inttoptr i64 {at} to ptr",
+        f"  {name} = load {ty}, ptr {name}.p, align 1",
+    ]
+
+
+def _splat(name: str, scalar: str, ty: str, elt: str) -> list[str]:
+    return [
+        f"  {name}.0 = insertelement {ty} poison, {elt} {scalar}, i32 0",
+        f"  {name} = shufflevector {ty} {name}.0, {ty} poison, <16 x i32> zeroinitializer",
+    ]
+
+
+def _scales(name: str, base: str, g: str, layout: str | None) -> list[str]:
+    """16 rows' float32 scales (or biases) of group ``g`` from a block's ``[k/64, 16]`` array at ``base``."""
+    size = 2 if layout else 4
+    L = [f"  {name}.o = mul i64 {g}, {16 * size}"]
+    if layout is None:
+        return L + _load(name, base, "<16 x float>", f"{name}.o")
+    if layout == "f16":
+        return (
+            L
+            + _load(f"{name}.h", base, "<16 x half>", f"{name}.o")
+            + [f"  {name} = fpext <16 x half> {name}.h to <16 x float>"]
+        )
+    return (
+        L
+        + _load(f"{name}.h", base, "<16 x i16>", f"{name}.o")
+        + [
+            f"  {name}.w = zext <16 x i16> {name}.h to <16 x i32>",
+            f"  {name}.s = shl <16 x i32> {name}.w, splat (i32 16)",
+            f"  {name} = bitcast <16 x i32> {name}.s to <16 x float>",
+        ]
+    )
+
+
+def microkernel(MR: int, layout: str | None = None) -> str:
+    """``@q4ic{_layout}_16x{MR}`` with tiles.py's ABI: pw a block's codes, ps / pb its scales / biases, px MR int8
+    input rows (stride sx), pa their side data ([sx_g for every g, then Σx_g], stride sa), po their 16 outputs
+    (stride so); ``groups`` = k / 64."""
+    L = ["entry:", "  %sums = mul i64 %groups, 4", "  br label %loop"]
+    L += ["loop:", "  %g = phi i64 [0, %entry], [%gn, %loop]"]
+    L += [f"  %acc{r} = phi <16 x float> [zeroinitializer, %entry], [%out{r}, %loop]" for r in range(MR)]
+    L += [
+        "  %gw = mul i64 %g, 512",
+        "  %wg = add i64 %pw, %gw",
+        f"  %pfa = add i64 %wg, {PREFETCH}",
+        "  %pfp = inttoptr i64 %pfa to ptr",
+        "  call void @llvm.prefetch.p0(ptr %pfp, i32 0, i32 2, i32 1)",
+        "  %gx = mul i64 %g, 64",
+        "  %g4 = mul i64 %g, 4",
+    ]
+    for r in range(MR):
+        L += [f"  %xo{r} = mul i64 %sx, {r}", f"  %xr{r} = add i64 %px, %xo{r}", f"  %xg{r} = add i64 %xr{r}, %gx"]
+    for p in range(8):  # chunk pairs: the low nibbles are chunk 2p, the high ones chunk 2p + 1
+        L += _load(f"%cq{p}", "%wg", "<64 x i8>", 64 * p)
+        L += [
+            f"  %lo{p}.b = and <64 x i8> %cq{p}, splat (i8 15)",
+            f"  %hi{p}.b = lshr <64 x i8> %cq{p}, splat (i8 4)",
+            f"  %lo{p} = bitcast <64 x i8> %lo{p}.b to <16 x i32>",
+            f"  %hi{p} = bitcast <64 x i8> %hi{p}.b to <16 x i32>",
+        ]
+        for h, plane in enumerate(("lo", "hi")):
+            c = 2 * p + h
+            for r in range(MR):
+                prev = "zeroinitializer" if c == 0 else f"%I{r}_{c}"
+                L += _load(f"%xw{r}_{c}", f"%xg{r}", "i32", 4 * c)
+                L += _splat(f"%xs{r}_{c}", f"%xw{r}_{c}", "<16 x i32>", "i32")
+                L.append(
+                    f"  %I{r}_{c + 1} = call <16 x i32> @llvm.x86.avx512.vpdpbusd.512(<16 x i32> {prev}, "
+                    f"<16 x i32> %{plane}{p}, <16 x i32> %xs{r}_{c})"
+                )
+    L += _scales("%sv", "%ps", "%g", layout) + _scales("%bv", "%pb", "%g", layout)
+    for r in range(MR):
+        L += [f"  %ao{r} = mul i64 %sa, {r}", f"  %ar{r} = add i64 %pa, %ao{r}", f"  %as{r} = add i64 %ar{r}, %sums"]
+        L += _load(f"%sx{r}", f"%ar{r}", "float", "%g4") + _load(f"%sm{r}", f"%as{r}", "float", "%g4")
+        L += _splat(f"%sxv{r}", f"%sx{r}", "<16 x float>", "float")
+        L += _splat(f"%smv{r}", f"%sm{r}", "<16 x float>", "float")
+        L += [
+            f"  %f{r} = sitofp <16 x i32> %I{r}_16 to <16 x float>",
+            f"  %k{r} = fmul <16 x float> %sv, %sxv{r}",
+            f"  %m{r} = call {V} @llvm.fma.v16f32({V} %f{r}, {V} %k{r}, {V} %acc{r})",
+            f"  %out{r} = call {V} @llvm.fma.v16f32({V} %bv, {V} %smv{r}, {V} %m{r})",
+        ]
+    L += ["  %gn = add i64 %g, 1", "  %gd = icmp sge i64 %gn, %groups"]
+    L += ["  br i1 %gd, label %exit, label %loop", "exit:"]
+    for r in range(MR):
+        L += [
+            f"  %oo{r} = mul i64 %so, {r}",
+            f"  %oa{r} = add i64 %po, %oo{r}",
+            f"  %op{r} = inttoptr i64 %oa{r} to ptr",
+            f"  store <16 x float> %out{r}, ptr %op{r}, align 4",
+        ]
+    L.append("  ret void")
+    from .tiles import ABI
+
+    return f"define void @{name(MR, layout)}({ABI}) {{\n" + "\n".join(L) + "\n}\n"
+
+
+def name(MR: int, layout: str | None = None) -> str:
+    return f"{KIND}{'_' + layout if layout else ''}_{COLUMNS}x{MR}"
+
+
+def source(MRs: Any, layout: str | None = None) -> str:
+    """The IR of the tiles for these MRs (integer_tiles.DECLARATIONS declares what they call)."""
+    return "".join(microkernel(MR, layout) for MR in MRs)

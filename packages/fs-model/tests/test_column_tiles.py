@@ -1,0 +1,94 @@
+"""The 4-bit tile with 16 output columns in the lanes (cpu/column_tiles.py, ``q4ic``, AVX-512 VNNI): its layout
+round-trips, it computes the int8-activation contract on every 0.6B shape, a row's bits never depend on the other
+rows, 16-bit scales read in place give the bits of float32 ones, and a layer keeps one copy of its codes - the
+column layout - wherever every call takes these tiles. A tile that reads one lane's codes for another, mixes up the
+nibble planes or indexes the per-16-row scales by row would fail the contract by orders of magnitude."""
+
+import numpy as np
+import pytest
+
+from fs_model import cpu
+from fs_model.cpu import column_tiles, tiles
+from fs_model.cpu.affine import AffineLinear, AffineWeight, _unplanar, quantize_affine
+from fs_weights import f32_to_bf16
+from model_helpers import cpu_name, int8_activation_contract, rel_err
+
+pytestmark = pytest.mark.kernels
+
+SHAPES = {"q_proj": (2048, 1024), "k/v_proj": (1024, 1024), "o_proj": (1024, 2048), "gate/up": (3072, 1024),
+          "down": (1024, 3072), "one block": (16, 128)}  # fmt: skip
+
+
+def weight(n, k, seed=0):
+    return quantize_affine(np.random.default_rng(seed).standard_normal((n, k), dtype=np.float32), 4, 64)
+
+
+@pytest.fixture
+def columns(reference):
+    reference("numba")
+    if tiles.kernels(column_tiles.KIND, 64) is None:
+        pytest.skip(f"{cpu_name()}: q4ic needs AVX-512 VNNI (avx512f, avx512bw, avx512vnni); 4-bit runs q4iw / q4i")
+
+
+def test_the_layout_round_trips_and_keeps_the_bytes():
+    w = weight(48, 256)
+    c = w.in_columns()
+    assert c.columns and c.codes.shape == w.codes.shape and c.scales.shape == w.scales.shape
+    back = c.in_rows()
+    for a, b in ((back.codes, w.codes), (back.scales, w.scales), (back.biases, w.biases)):
+        assert np.array_equal(a, b)
+    # byte 4l + j of a group's first pair: row l's inputs j (low nibble) and 4 + j (high nibble)
+    codes = _unplanar(w.codes, 64)  # [n, k], one code a byte
+    first = c.codes[:16].reshape(-1)[:64]
+    assert np.array_equal(first & 15, codes[:16, :4].reshape(-1))
+    assert np.array_equal(first >> 4, codes[:16, 4:8].reshape(-1))
+    ids = np.array([[0, 47], [17, 31]])
+    assert np.array_equal(c.rows(ids), w.rows(ids)) and np.array_equal(c.dequantize(), w.dequantize())
+
+
+@pytest.mark.parametrize("name", list(SHAPES))
+def test_q4ic_is_the_int8_activation_contract(columns, name):
+    n, k = SHAPES[name]
+    w = weight(n, k)
+    x = np.random.default_rng(1).standard_normal((5, k), dtype=np.float32) * np.float32(3)
+    got = tiles.matmul(column_tiles.KIND, w, x)
+    assert got.dtype == np.float32 and got.shape == (5, n)
+    assert rel_err(got, int8_activation_contract(w, x)) < 1e-5
+    assert rel_err(got, x.astype(np.float64) @ w.dequantize().astype(np.float64).T) < 5e-2
+
+
+@pytest.mark.parametrize("layout", [None, "bf16", "f16"])
+def test_a_row_gets_the_same_bits_in_every_panel_and_16_bit_scales_are_read_as_stored(columns, layout):
+    """13 rows = panels of 4, 4, 4 and a lone row; any slice, and each row alone, the same bits; bf16 / float16
+    scales and biases read in place give the bits of their float32 copies."""
+    w = weight(64, 512, seed=2)
+    if layout is not None:
+        to = (lambda a: f32_to_bf16(a)) if layout == "bf16" else (lambda a: a.astype(np.float16))
+        w = AffineWeight(w.codes, to(w.scales), to(w.biases), 4, 64)
+    x = np.random.default_rng(2).standard_normal((13, 512), dtype=np.float32)
+    whole = tiles.matmul(column_tiles.KIND, w, x)
+    for lo, hi in ((0, 6), (5, 8), (12, 13), (3, 7)):
+        assert np.array_equal(tiles.matmul(column_tiles.KIND, w, x[lo:hi]), whole[lo:hi])
+    for r in range(13):
+        assert np.array_equal(tiles.matmul(column_tiles.KIND, w, x[r : r + 1])[0], whole[r])
+    if layout is not None:
+        assert np.array_equal(whole, tiles.matmul(column_tiles.KIND, w.widened(), x))
+
+
+def test_a_layer_keeps_only_the_column_layout_where_every_call_takes_q4ic(columns, monkeypatch):
+    x = np.random.default_rng(3).standard_normal((3, 256), dtype=np.float32)
+    w = weight(32, 256)
+    layer = AffineLinear(w)
+    assert layer.tiles is not None and layer.tiles.kind == "q4ic" and layer.w.columns  # no planar copy beside it
+    assert layer.tiles.w is layer.w and layer.kind == "q4i"
+    ids = np.array([3, 30])
+    assert np.array_equal(layer.rows(ids), w.rows(ids)) and layer.nbytes == w.nbytes
+    assert np.array_equal(layer.matmul(x), tiles.matmul("q4ic", w, x))
+    partial = AffineLinear(weight(40, 256))  # a partial 16-row block: q4iw, planar
+    assert partial.tiles is not None and partial.tiles.kind == "q4iw" and not partial.w.columns
+    monkeypatch.setattr(cpu.SWITCHES, "batch_invariant", False)  # other paths read the rows: planar, q4iw
+    assert not AffineLinear(w).w.columns
+    monkeypatch.setattr(cpu.SWITCHES, "batch_invariant", True)
+    monkeypatch.setattr(cpu.SWITCHES, "column_tiles", False)  # FS_COLUMN_TILES=0
+    off = AffineLinear(w)
+    assert off.tiles is not None and off.tiles.kind == "q4iw" and not off.w.columns
