@@ -1,5 +1,5 @@
 """A prototype 4-bit VNNI tile with output columns in the vector lanes, against fs's q4iw tile (k in the lanes) on the
-same codes, one thread.
+same codes, one thread; and fs's ``q4ic`` (cpu/column_tiles.py), the prototype as wired in.
 
     uv run nox -s bench -- q4_column_lanes
     uv run --all-packages --all-extras python benchmarks/q4_column_lanes.py [--rows 8 64] [--nc 2] [--mr 4]
@@ -18,7 +18,7 @@ memory, and the float work - convert, scale, FMA, bias FMA - happens once per 16
 Each output is still one written-down chain over its groups in order (batch invariant: nothing depends on M or on
 the other rows). The codes are repacked per 16 columns: byte 4l + j of a chunk pair holds column l's weight 4c + j
 in its low nibble and 4c + 4 + j in its high one. Checked against float64 on its own quantized activations; the
-prototype (LLVM IR, AVX-512 VNNI, not wired into fs) and fs's q4iw run the same 3072×1024 matrix from cache, rounds
+prototype (LLVM IR, AVX-512 VNNI), fs's q4iw and fs's q4ic run the same 3072×1024 matrix from cache, rounds
 interleaved, best kept: arithmetic, not memory, is what is compared.
 """
 
@@ -29,7 +29,7 @@ import time
 
 import numpy as np
 
-from fs_model.cpu import FEATURES, threads
+from fs_model.cpu import FEATURES, SWITCHES, threads
 from fs_model.cpu.affine import AffineLinear, from_mlx
 from fs_model.cpu.llvm_ir import compile_ir
 from fs_weights import quantize
@@ -167,7 +167,10 @@ def main() -> None:
     rng = np.random.default_rng(0)
     wq, ws, wb = quantize(rng.standard_normal((n, k)).astype(np.float32) * 0.05, bits=4, group_size=G)
     codes = ((wq[:, :, None] >> (4 * np.arange(8, dtype=np.uint32))) & 15).astype(np.uint8).reshape(n, k)
+    SWITCHES.column_tiles = False  # fs's q4iw: the tile the prototype was written against
     fs = AffineLinear(from_mlx(wq, ws, wb, 4, G))  # fs's planar nibbles, as a loaded 4-bit checkpoint has them
+    SWITCHES.column_tiles = True  # and fs's q4ic (cpu/column_tiles.py), the prototype as wired in
+    wired = AffineLinear(from_mlx(wq, ws, wb, 4, G))
     if fs.tiles is None or fs.tiles.kind != "q4iw":
         print(f"skipped: fs runs this matrix on {fs.tiles.kind if fs.tiles else 'no tiles'}, not q4iw")
         return
@@ -200,6 +203,8 @@ def main() -> None:
         ref = (dots * ws[None] * sx[:, None] + wb[None] * sums[:, None]).sum(-1)
         err = float(np.abs(out - ref).max() / np.abs(ref).max())
         runs = {"prototype": prototype, "fs q4iw": lambda x=x: fs.matmul(x)}
+        if wired.tiles is not None and wired.tiles.kind == "q4ic":
+            runs["fs q4ic"] = lambda x=x: wired.matmul(x)
         best = dict.fromkeys(runs, float("inf"))
         with threads.pinned(1):
             for run in runs.values():

@@ -19,8 +19,8 @@ SHAPES = {"q_proj": (2048, 1024), "k/v_proj": (1024, 1024), "o_proj": (1024, 204
           "down": (1024, 3072), "one block": (16, 128)}  # fmt: skip
 
 
-def weight(n, k, seed=0):
-    return quantize_affine(np.random.default_rng(seed).standard_normal((n, k), dtype=np.float32), 4, 64)
+def weight(n, k, seed=0, G=64):
+    return quantize_affine(np.random.default_rng(seed).standard_normal((n, k), dtype=np.float32), 4, G)
 
 
 @pytest.fixture
@@ -30,15 +30,16 @@ def columns(reference):
         pytest.skip(f"{cpu_name()}: q4ic needs AVX-512 VNNI (avx512f, avx512bw, avx512vnni); 4-bit runs q4iw / q4i")
 
 
-def test_the_layout_round_trips_and_keeps_the_bytes():
-    w = weight(48, 256)
+@pytest.mark.parametrize("G", [64, 32])
+def test_the_layout_round_trips_and_keeps_the_bytes(G):
+    w = weight(48, 256, G=G)
     c = w.in_columns()
     assert c.columns and c.codes.shape == w.codes.shape and c.scales.shape == w.scales.shape
     back = c.in_rows()
     for a, b in ((back.codes, w.codes), (back.scales, w.scales), (back.biases, w.biases)):
         assert np.array_equal(a, b)
     # byte 4l + j of a group's first pair: row l's inputs j (low nibble) and 4 + j (high nibble)
-    codes = _unplanar(w.codes, 64)  # [n, k], one code a byte
+    codes = _unplanar(w.codes, G)  # [n, k], one code a byte
     first = c.codes[:16].reshape(-1)[:64]
     assert np.array_equal(first & 15, codes[:16, :4].reshape(-1))
     assert np.array_equal(first >> 4, codes[:16, 4:8].reshape(-1))
@@ -46,10 +47,12 @@ def test_the_layout_round_trips_and_keeps_the_bytes():
     assert np.array_equal(c.rows(ids), w.rows(ids)) and np.array_equal(c.dequantize(), w.dequantize())
 
 
+@pytest.mark.parametrize("G", [64, 32])
 @pytest.mark.parametrize("name", list(SHAPES))
-def test_q4ic_is_the_int8_activation_contract(columns, name):
+def test_q4ic_is_the_int8_activation_contract(columns, name, G):
+    """Groups of 64 (MLX's 4-bit) and 32 (GGUF's Q4_0 / Q4_1, int8 activations per group of 32)."""
     n, k = SHAPES[name]
-    w = weight(n, k)
+    w = weight(n, k, G=G)
     x = np.random.default_rng(1).standard_normal((5, k), dtype=np.float32) * np.float32(3)
     got = tiles.matmul(column_tiles.KIND, w, x)
     assert got.dtype == np.float32 and got.shape == (5, n)
@@ -57,14 +60,15 @@ def test_q4ic_is_the_int8_activation_contract(columns, name):
     assert rel_err(got, x.astype(np.float64) @ w.dequantize().astype(np.float64).T) < 5e-2
 
 
+@pytest.mark.parametrize("G", [64, 32])
 @pytest.mark.parametrize("layout", [None, "bf16", "f16"])
-def test_a_row_gets_the_same_bits_in_every_panel_and_16_bit_scales_are_read_as_stored(columns, layout):
+def test_a_row_gets_the_same_bits_in_every_panel_and_16_bit_scales_are_read_as_stored(columns, layout, G):
     """13 rows = panels of 4, 4, 4 and a lone row; any slice, and each row alone, the same bits; bf16 / float16
     scales and biases read in place give the bits of their float32 copies."""
-    w = weight(64, 512, seed=2)
+    w = weight(64, 512, seed=2, G=G)
     if layout is not None:
         to = (lambda a: f32_to_bf16(a)) if layout == "bf16" else (lambda a: a.astype(np.float16))
-        w = AffineWeight(w.codes, to(w.scales), to(w.biases), 4, 64)
+        w = AffineWeight(w.codes, to(w.scales), to(w.biases), 4, G)
     x = np.random.default_rng(2).standard_normal((13, 512), dtype=np.float32)
     whole = tiles.matmul(column_tiles.KIND, w, x)
     for lo, hi in ((0, 6), (5, 8), (12, 13), (3, 7)):

@@ -67,11 +67,15 @@ def test_4_bit_groups_of_32_take_int8_activations_per_group_of_32(tiled):
 
 
 @pytest.mark.parametrize("name", ["q_proj", "o_proj", "down"])
-def test_vnni_groups_of_32_walk_super_blocks_in_their_own_order(tiled, name):
-    """On VNNI, groups of 32 take the super-block tile: the contract to float32 rounding on the 0.6B shapes, and
-    its own order of the sums (another chain than the AVX2 tile's: the bits of the two differ, so one host runs one
-    of them for a matrix, chosen by ``widest``)."""
+def test_vnni_groups_of_32_walk_super_blocks_in_their_own_order(tiled, name, monkeypatch):
+    """On VNNI, groups of 32 take the super-block tile (with FS_COLUMN_TILES=0, or a K-quant's records: else
+    column_tiles.py's): the contract to float32 rounding on the 0.6B shapes, and its own order of the sums (another
+    chain than the AVX2 tile's: the bits of the two differ, so one host runs one of them for a matrix, chosen by
+    ``widest``)."""
+    from fs_model import cpu
+
     compiled("q4iw", 32)
+    monkeypatch.setattr(cpu.SWITCHES, "column_tiles", False)
     n, k = SHAPES[name]
     w, _ = weights("q4", n, k, group=32)
     x = np.random.default_rng(1).standard_normal((5, k), dtype=np.float32) * np.float32(3)

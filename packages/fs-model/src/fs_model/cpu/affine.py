@@ -101,14 +101,14 @@ class AffineWeight:
         """This 4-bit weight laid out per 16 rows (column_tiles.arrange): the same bytes, what q4ic reads."""
         if self.columns:
             return self
-        codes, scales, biases = column_tiles.arrange(self.codes, self.scales, self.biases)
+        codes, scales, biases = column_tiles.arrange(self.codes, self.scales, self.biases, self.group_size)
         return replace(self, codes=codes, scales=scales, biases=biases, columns=True)
 
     def in_rows(self) -> "AffineWeight":
         """The planar, one-row-at-a-time layout (the inverse of ``in_columns``)."""
         if not self.columns:
             return self
-        codes, scales, biases = column_tiles.planar(self.codes, self.scales, self.biases)
+        codes, scales, biases = column_tiles.planar(self.codes, self.scales, self.biases, self.group_size)
         return replace(self, codes=codes, scales=scales, biases=biases, columns=False)
 
     def packed(self) -> np.ndarray:
@@ -309,7 +309,7 @@ class AffineLinear(Linear):
             self.kind, self.tiled, _ = _tile_kind(w)
         kind = tiles.widest(self.kind, k, G, layout=tiles.scale_layout(w))
         if self.tiled and self.invariant:  # only the tiles read the column layout: every call must take them
-            kind = tiles.by_columns(kind, w.shape[0], k, G, tiles.scale_layout(w))
+            kind = tiles.by_columns(kind, w.shape[0], k, G, tiles.scale_layout(w), w.records is not None)
             w = w.in_columns() if kind == column_tiles.KIND else w  # kept instead of the planar codes, not beside
         self.w = w
         self.shape = w.shape

@@ -6,10 +6,11 @@ scale product, spread and two FMAs: one instruction in four multiplies, ~100 GFL
 Here a group of 64 weights of 16 outputs is 16 ``vpdpbusd``, each taking 4 activation bytes broadcast from memory,
 and the float work comes once per 16 of them (benchmarks/q4_column_lanes.py: 2.1-3.2× on one thread).
 
-Layout (``arrange``): per block of 16 weight rows, per group g of 64 inputs, 8 pairs of 64 bytes; byte 4l + j of
-pair p holds row l's input 64g + 8p + j in its low nibble and 64g + 8p + 4 + j in its high one. Scales and biases
-per block, group and row: ``[n/16, k/64, 16]``, kept as an ``[n, k/64]`` array (row stride k/64 values, so the
-tiles' ``ps + i·sg`` for a block's first row i is the block's start). Same bytes as the planar layout.
+Layout (``arrange``): per block of 16 weight rows, per group g of G inputs (64, or GGUF's 32), G/8 pairs of 64
+bytes; byte 4l + j of pair p holds row l's input Gg + 8p + j in its low nibble and Gg + 8p + 4 + j in its high one.
+Scales and biases per block, group and row: ``[n/16, k/G, 16]``, kept as an ``[n, k/G]`` array (row stride k/G
+values, so the tiles' ``ps + i·sg`` for a block's first row i is the block's start). Same bytes as the planar
+layout.
 
 The contract, per output element (every tile: 16 × 4, 16 × 2, 16 × 1 - a row's bits never depend on M):
 
@@ -27,18 +28,18 @@ from .float_tiles import PREFETCH
 
 KIND = "q4ic"
 COLUMNS = 16  # outputs a tile covers: one work item (tile_loops.BLOCK) is one tile
-G = 64  # inputs a group (the kind's only group size)
+GROUPS = (32, 64)  # inputs a group: MLX's default and GGUF's Q4_0 / Q4_1
 V = "<16 x float>"
 LAYOUTS = (None, "bf16", "f16")  # scales and biases: float32, bf16 bits or float16 (read as stored)
 
 
 def applies(n: int, k: int, group: int) -> bool:
-    """The shape this kind covers: whole 16-row blocks, groups of 64."""
-    return n % COLUMNS == 0 and group == G and k % G == 0
+    """The shape this kind covers: whole 16-row blocks, groups of 32 or 64."""
+    return n % COLUMNS == 0 and group in GROUPS and k % group == 0
 
 
-def arrange(codes: np.ndarray, scales: np.ndarray, biases: np.ndarray) -> tuple[np.ndarray, ...]:
-    """Planar 4-bit codes [n, k/2] (affine.py) and per-group scales / biases [n, k/64] -> the layout above."""
+def arrange(codes: np.ndarray, scales: np.ndarray, biases: np.ndarray, G: int) -> tuple[np.ndarray, ...]:
+    """Planar 4-bit codes [n, k/2] (affine.py) and per-group scales / biases [n, k/G] -> the layout above."""
     from .affine import _unplanar
 
     e = _unplanar(codes, G)  # [n, k] one code a byte
@@ -53,7 +54,7 @@ def arrange(codes: np.ndarray, scales: np.ndarray, biases: np.ndarray) -> tuple[
     return out, columns(scales), columns(biases)
 
 
-def planar(codes: np.ndarray, scales: np.ndarray, biases: np.ndarray) -> tuple[np.ndarray, ...]:
+def planar(codes: np.ndarray, scales: np.ndarray, biases: np.ndarray, G: int) -> tuple[np.ndarray, ...]:
     """Inverse of ``arrange`` (the dequantizing oracle, an embedding's rows)."""
     from .affine import _planar
 
@@ -84,7 +85,7 @@ def _splat(name: str, scalar: str, ty: str, elt: str) -> list[str]:
 
 
 def _scales(name: str, base: str, g: str, layout: str | None) -> list[str]:
-    """16 rows' float32 scales (or biases) of group ``g`` from a block's ``[k/64, 16]`` array at ``base``."""
+    """16 rows' float32 scales (or biases) of group ``g`` from a block's ``[k/G, 16]`` array at ``base``."""
     size = 2 if layout else 4
     L = [f"  {name}.o = mul i64 {g}, {16 * size}"]
     if layout is None:
@@ -106,25 +107,25 @@ def _scales(name: str, base: str, g: str, layout: str | None) -> list[str]:
     )
 
 
-def microkernel(MR: int, layout: str | None = None) -> str:
-    """``@q4ic{_layout}_16x{MR}`` with tiles.py's ABI: pw a block's codes, ps / pb its scales / biases, px MR int8
-    input rows (stride sx), pa their side data ([sx_g for every g, then Σx_g], stride sa), po their 16 outputs
-    (stride so); ``groups`` = k / 64."""
+def microkernel(MR: int, G: int = 64, layout: str | None = None) -> str:
+    """``@q4ic{G}{_layout}_16x{MR}`` with tiles.py's ABI: pw a block's codes, ps / pb its scales / biases, px MR
+    int8 input rows (stride sx), pa their side data ([sx_g for every g, then Σx_g], stride sa), po their 16 outputs
+    (stride so); ``groups`` = k / G."""
     L = ["entry:", "  %sums = mul i64 %groups, 4", "  br label %loop"]
     L += ["loop:", "  %g = phi i64 [0, %entry], [%gn, %loop]"]
     L += [f"  %acc{r} = phi <16 x float> [zeroinitializer, %entry], [%out{r}, %loop]" for r in range(MR)]
     L += [
-        "  %gw = mul i64 %g, 512",
+        f"  %gw = mul i64 %g, {8 * G}",
         "  %wg = add i64 %pw, %gw",
         f"  %pfa = add i64 %wg, {PREFETCH}",
         "  %pfp = inttoptr i64 %pfa to ptr",
         "  call void @llvm.prefetch.p0(ptr %pfp, i32 0, i32 2, i32 1)",
-        "  %gx = mul i64 %g, 64",
+        f"  %gx = mul i64 %g, {G}",
         "  %g4 = mul i64 %g, 4",
     ]
     for r in range(MR):
         L += [f"  %xo{r} = mul i64 %sx, {r}", f"  %xr{r} = add i64 %px, %xo{r}", f"  %xg{r} = add i64 %xr{r}, %gx"]
-    for p in range(8):  # chunk pairs: the low nibbles are chunk 2p, the high ones chunk 2p + 1
+    for p in range(G // 8):  # chunk pairs: the low nibbles are chunk 2p, the high ones chunk 2p + 1
         L += _load(f"%cq{p}", "%wg", "<64 x i8>", 64 * p)
         L += [
             f"  %lo{p}.b = and <64 x i8> %cq{p}, splat (i8 15)",
@@ -149,7 +150,7 @@ def microkernel(MR: int, layout: str | None = None) -> str:
         L += _splat(f"%sxv{r}", f"%sx{r}", "<16 x float>", "float")
         L += _splat(f"%smv{r}", f"%sm{r}", "<16 x float>", "float")
         L += [
-            f"  %f{r} = sitofp <16 x i32> %I{r}_16 to <16 x float>",
+            f"  %f{r} = sitofp <16 x i32> %I{r}_{G // 4} to <16 x float>",
             f"  %k{r} = fmul <16 x float> %sv, %sxv{r}",
             f"  %m{r} = call {V} @llvm.fma.v16f32({V} %f{r}, {V} %k{r}, {V} %acc{r})",
             f"  %out{r} = call {V} @llvm.fma.v16f32({V} %bv, {V} %smv{r}, {V} %m{r})",
@@ -166,13 +167,13 @@ def microkernel(MR: int, layout: str | None = None) -> str:
     L.append("  ret void")
     from .tiles import ABI
 
-    return f"define void @{name(MR, layout)}({ABI}) {{\n" + "\n".join(L) + "\n}\n"
+    return f"define void @{name(MR, G, layout)}({ABI}) {{\n" + "\n".join(L) + "\n}\n"
 
 
-def name(MR: int, layout: str | None = None) -> str:
-    return f"{KIND}{'_' + layout if layout else ''}_{COLUMNS}x{MR}"
+def name(MR: int, G: int = 64, layout: str | None = None) -> str:
+    return f"{KIND}{G}{'_' + layout if layout else ''}_{COLUMNS}x{MR}"
 
 
-def source(MRs: Any, layout: str | None = None) -> str:
+def source(MRs: Any, G: int = 64, layout: str | None = None) -> str:
     """The IR of the tiles for these MRs (integer_tiles.DECLARATIONS declares what they call)."""
-    return "".join(microkernel(MR, layout) for MR in MRs)
+    return "".join(microkernel(MR, G, layout) for MR in MRs)

@@ -121,10 +121,12 @@ def kernels(kind: str, G: int = 0, layout: str | None = None) -> tuple[int, ...]
         columns = prefix == column_tiles.KIND  # whole 16-row blocks: the tile is its own edge
         shapes = [s for NR, MR in TILES[prefix] for s in ((NR, MR), (NR if columns else 1, MR))]
         names = [f"{prefix}{'_' + layout if layout else ''}_{a}x{b}" for a, b in shapes]
+        if columns:
+            names = [column_tiles.name(b, G, layout) for _, b in shapes]
         unique = dict(zip(names, shapes, strict=True))  # an NR of 1 makes a tile its own edge
         features: tuple[str, ...] = ("avx2", "fma")
         if columns:
-            ir = integer_tiles.DECLARATIONS + column_tiles.source(sorted({b for _, b in unique.values()}), layout)
+            ir = integer_tiles.DECLARATIONS + column_tiles.source(sorted({b for _, b in unique.values()}), G, layout)
             features = VNNI_FEATURES
         elif kind in packed_codes.KINDS:
             vnni = kind.endswith("w")
@@ -187,10 +189,12 @@ def widest(kind: str, k: int, G: int = 0, bf16_activations: bool = True, layout:
     return wide if kernels(wide, G, layout) is not None else kind
 
 
-def by_columns(kind: str, n: int, k: int, G: int, layout: str | None = None) -> str:
+def by_columns(kind: str, n: int, k: int, G: int, layout: str | None = None, records: bool = False) -> str:
     """``q4ic`` for a ``q4iw`` matrix (as ``widest`` chose it) whose shape column_tiles.py covers, where the CPU
-    compiles it and ``FS_COLUMN_TILES`` allows it; else ``kind``. Decided once per matrix, like its width."""
-    if kind != "q4iw" or not SWITCHES.column_tiles or not column_tiles.applies(n, k, G):
+    compiles it and ``FS_COLUMN_TILES`` allows it; else ``kind``. Not for a K-quant with super-block ``records``
+    (the tiles that read them read planar codes, and ``FS_SUPERBLOCK_SCALES`` must not change a bit: the kind
+    may not depend on it). Decided once per matrix, like its width."""
+    if kind != "q4iw" or records or not SWITCHES.column_tiles or not column_tiles.applies(n, k, G):
         return kind
     return column_tiles.KIND if kernels(column_tiles.KIND, G, layout) is not None else kind
 
