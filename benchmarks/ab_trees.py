@@ -4,7 +4,8 @@ interleaved rounds (best of 3), the same random Qwen3-0.6B-shape checkpoint, eac
     git worktree add /tmp/before <rev>
     uv run --all-packages --all-extras python benchmarks/ab_trees.py /tmp/before . [--gguf FILE ...] [--only NAME ...]
 
-``--gguf``: also time these GGUF files as they are (``dtype="native"``: K-quants on their own kernels), named by
+``FS_*`` switches in the environment reach both trees' processes (``FS_ISA=avx2``: the AVX2 kernels on an AVX-512
+host). ``--gguf``: also time these GGUF files as they are (``dtype="native"``: K-quants on their own kernels), named by
 their file names; ``--only``: time just these formats (f32, bf16, int8, int4, or a GGUF file's name).
 
 Used for "no performance change" claims (docs/performance.md); the timed code is cpu_speed.py's, minus the
@@ -13,6 +14,7 @@ parts an older tree may lack.
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -55,6 +57,7 @@ for rnd in range(3):
         for t, root in trees.items():
             src = ":".join(f"{root}/packages/{p}/src" for p in ("fs-model", "fs-weights", "fs-kvcache"))
             env = {"PYTHONPATH": src, "PATH": "/usr/bin:/bin", "HOME": str(Path.home())}
+            env |= {k: v for k, v in os.environ.items() if k.startswith("FS_")}  # e.g. FS_ISA=avx2 for both trees
             cmd = [sys.executable, "-c", CODE, str(path), dt, q]
             out = subprocess.run(cmd, capture_output=True, text=True, env=env)
             r = json.loads(out.stdout.strip().splitlines()[-1])

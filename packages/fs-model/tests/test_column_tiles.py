@@ -1,8 +1,9 @@
-"""The 4-bit tile with 16 output columns in the lanes (cpu/column_tiles.py, ``q4ic``, AVX-512 VNNI): its layout
-round-trips, it computes the int8-activation contract on every 0.6B shape, a row's bits never depend on the other
-rows, 16-bit scales read in place give the bits of float32 ones, and a layer keeps one copy of its codes - the
-column layout - wherever every call takes these tiles. A tile that reads one lane's codes for another, mixes up the
-nibble planes or indexes the per-16-row scales by row would fail the contract by orders of magnitude."""
+"""The 4-bit tile with 16 output columns in the lanes (cpu/column_tiles.py, ``q4ic``: an AVX-512 VNNI body and an
+AVX2 one): its layout round-trips, it computes the int8-activation contract on every 0.6B shape, a row's bits never
+depend on the other rows, 16-bit scales read in place give the bits of float32 ones, both bodies give the same bits,
+and a layer keeps one copy of its codes - the column layout - wherever every call takes these tiles. A tile that
+reads one lane's codes for another, mixes up the nibble planes or indexes the per-16-row scales by row would fail
+the contract by orders of magnitude."""
 
 import numpy as np
 import pytest
@@ -27,7 +28,7 @@ def weight(n, k, seed=0, G=64):
 def columns(reference):
     reference("numba")
     if tiles.kernels(column_tiles.KIND, 64) is None:
-        pytest.skip(f"{cpu_name()}: q4ic needs AVX-512 VNNI (avx512f, avx512bw, avx512vnni); 4-bit runs q4iw / q4i")
+        pytest.skip(f"{cpu_name()} has no AVX2 + FMA (or FS_TILES=0): no tiles, the row kernels run")
 
 
 @pytest.mark.parametrize("G", [64, 32])
@@ -88,11 +89,40 @@ def test_a_layer_keeps_only_the_column_layout_where_every_call_takes_q4ic(column
     ids = np.array([3, 30])
     assert np.array_equal(layer.rows(ids), w.rows(ids)) and layer.nbytes == w.nbytes
     assert np.array_equal(layer.matmul(x), tiles.matmul("q4ic", w, x))
-    partial = AffineLinear(weight(40, 256))  # a partial 16-row block: q4iw, planar
-    assert partial.tiles is not None and partial.tiles.kind == "q4iw" and not partial.w.columns
+    partial = AffineLinear(weight(40, 256))  # a partial 16-row block: q4iw (q4i on AVX2), planar
+    assert partial.tiles is not None and partial.tiles.kind in ("q4iw", "q4i") and not partial.w.columns
     monkeypatch.setattr(cpu.SWITCHES, "batch_invariant", False)  # other paths read the rows: planar, q4iw
     assert not AffineLinear(w).w.columns
     monkeypatch.setattr(cpu.SWITCHES, "batch_invariant", True)
     monkeypatch.setattr(cpu.SWITCHES, "column_tiles", False)  # FS_COLUMN_TILES=0
     off = AffineLinear(w)
-    assert off.tiles is not None and off.tiles.kind == "q4iw" and not off.w.columns
+    assert off.tiles is not None and off.tiles.kind in ("q4iw", "q4i") and not off.w.columns
+
+
+@pytest.mark.parametrize("G", [64, 32])
+def test_the_avx2_body_gives_the_vnni_bodys_bits(columns, G):
+    """Both bodies sum each group's products exactly in integers (VNNI: ``vpdpbusd``; AVX2: ``vpmaddubsw`` pairs
+    added as int16 over 8 chunks, then ``vpmaddwd``) and share the float chain, so an AVX2 host computes what an
+    AVX-512 one does. Run where this CPU has VNNI (its own pass compiles the other body here)."""
+    import ctypes
+
+    from fs_model.cpu import integer_tiles
+    from fs_model.cpu.llvm_ir import compile_ir
+
+    if not cpu.FEATURES.issuperset(tiles.VNNI_FEATURES):
+        pytest.skip(f"{cpu_name()}: no AVX-512 VNNI here, so only the AVX2 body runs (the other tests check it)")
+    MRs = sorted({MR for _, MR in tiles.TILES[column_tiles.KIND]})
+    ir = integer_tiles.DECLARATIONS + column_tiles.source(MRs, G, None, 8)
+    names = [column_tiles.name(MR, G) for MR in MRs]
+    fns = compile_ir(ir, ("avx2", "fma"), dict.fromkeys(names, tiles._SIG))
+    assert fns is not None
+    at = {n: ctypes.cast(fns[n], ctypes.c_void_p).value for n in names}
+    w = weight(64, 512, seed=4, G=G)
+    x = np.random.default_rng(4).standard_normal((7, 512), dtype=np.float32)
+    vnni = tiles.Tiled(column_tiles.KIND, w)
+    avx2 = tiles.Tiled(column_tiles.KIND, w)
+    avx2.fns = tuple(at[column_tiles.name(MR, G)] for _, MR in tiles.TILES[column_tiles.KIND] for _ in (0, 1))
+    avx2.call = avx2.calls([avx2])
+    assert avx2.fns != vnni.fns
+    for m in (7, 1):
+        assert np.array_equal(avx2(x[:m]), vnni(x[:m]))

@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from . import (
+    FEATURES,
     HAVE_NUMBA,
     SWITCHES,
     bf16_dot_tiles,
@@ -125,9 +126,11 @@ def kernels(kind: str, G: int = 0, layout: str | None = None) -> tuple[int, ...]
             names = [column_tiles.name(b, G, layout) for _, b in shapes]
         unique = dict(zip(names, shapes, strict=True))  # an NR of 1 makes a tile its own edge
         features: tuple[str, ...] = ("avx2", "fma")
-        if columns:
-            ir = integer_tiles.DECLARATIONS + column_tiles.source(sorted({b for _, b in unique.values()}), G, layout)
-            features = VNNI_FEATURES
+        if columns:  # the VNNI body where the CPU has it, else the AVX2 one: the same bits (column_tiles.py)
+            MRs = sorted({b for _, b in unique.values()})
+            W = 16 if FEATURES.issuperset(VNNI_FEATURES) else 8
+            ir = integer_tiles.DECLARATIONS + column_tiles.source(MRs, G, layout, W)
+            features = VNNI_FEATURES if W == 16 else features
         elif kind in packed_codes.KINDS:
             vnni = kind.endswith("w")
             ir = integer_tiles.DECLARATIONS + "".join(
@@ -190,11 +193,11 @@ def widest(kind: str, k: int, G: int = 0, bf16_activations: bool = True, layout:
 
 
 def by_columns(kind: str, n: int, k: int, G: int, layout: str | None = None, records: bool = False) -> str:
-    """``q4ic`` for a ``q4iw`` matrix (as ``widest`` chose it) whose shape column_tiles.py covers, where the CPU
-    compiles it and ``FS_COLUMN_TILES`` allows it; else ``kind``. Not for a K-quant with super-block ``records``
-    (the tiles that read them read planar codes, and ``FS_SUPERBLOCK_SCALES`` must not change a bit: the kind
-    may not depend on it). Decided once per matrix, like its width."""
-    if kind != "q4iw" or records or not SWITCHES.column_tiles or not column_tiles.applies(n, k, G):
+    """``q4ic`` for a 4-bit int8-activation matrix (``q4i`` / ``q4iw`` as ``widest`` chose it) whose shape
+    column_tiles.py covers, where the CPU compiles it (AVX-512 VNNI, else AVX2) and ``FS_COLUMN_TILES`` allows it;
+    else ``kind``. Not for a K-quant with super-block ``records`` (the tiles that read them read planar codes, and
+    ``FS_SUPERBLOCK_SCALES`` must not change a bit: the kind may not depend on it). Decided once per matrix."""
+    if kind not in ("q4i", "q4iw") or records or not SWITCHES.column_tiles or not column_tiles.applies(n, k, G):
         return kind
     return column_tiles.KIND if kernels(column_tiles.KIND, G, layout) is not None else kind
 
