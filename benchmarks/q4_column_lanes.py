@@ -31,6 +31,7 @@ import numpy as np
 
 from fs_model.cpu import FEATURES, SWITCHES, threads
 from fs_model.cpu.affine import AffineLinear, from_mlx
+from fs_model.cpu.column_tiles import arrange
 from fs_model.cpu.llvm_ir import compile_ir
 from fs_weights import quantize
 
@@ -144,15 +145,6 @@ def tile(NC: int, MR: int) -> str:
     return "\n".join([*L, "exit:", "  ret void", "}"]) + "\n"
 
 
-def repack(codes: np.ndarray) -> np.ndarray:
-    """Codes [n, k] (0..15) -> per 16-column block, per group, 8 chunk pairs of 64 bytes: byte 4l + j of pair p
-    holds column l's weight 8p + j of the group in its low nibble and 8p + 4 + j in its high one."""
-    n, k = codes.shape
-    c = codes.reshape(n // 16, 16, k // 8, 2, 4)  # [block, lane, pair, half, j]
-    packed = c[:, :, :, 0, :] | (c[:, :, :, 1, :] << 4)  # [block, lane, pair, j]
-    return np.ascontiguousarray(packed.transpose(0, 2, 1, 3)).reshape(n // 16, -1)  # [block, pair, lane, j]
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rows", type=int, nargs="+", default=[8, 64], help="input rows (M), multiples of --mr")
@@ -174,10 +166,10 @@ def main() -> None:
     if fs.tiles is None or fs.tiles.kind != "q4iw":
         print(f"skipped: fs runs this matrix on {fs.tiles.kind if fs.tiles else 'no tiles'}, not q4iw")
         return
-    packed = repack(codes)
+    # fs's own arrangement (cpu/column_tiles.py, as the prototype was first written): per 16-column block, per
+    # group, 8 pairs of 64 bytes; scales and biases [block, group, lane]
+    packed, sc, bi = arrange(fs.w.codes, ws, wb, G)
     blocks = n // 16
-    sc = np.ascontiguousarray(ws.reshape(blocks, 16, k // G).transpose(0, 2, 1))  # [block, group, lane]
-    bi = np.ascontiguousarray(wb.reshape(blocks, 16, k // G).transpose(0, 2, 1))
     signature = ctypes.CFUNCTYPE(None, *[ctypes.c_int64] * 10)
     f = compile_ir(DECLARATIONS + tile(NC, MR), FEATURES_NEEDED, {"q4c": signature})
     assert f is not None
