@@ -46,6 +46,9 @@ def test_the_layout_round_trips_and_keeps_the_bytes(G):
     assert np.array_equal(first >> 4, codes[:16, 4:8].reshape(-1))
     ids = np.array([[0, 47], [17, 31]])
     assert np.array_equal(c.rows(ids), w.rows(ids)) and np.array_equal(c.dequantize(), w.dequantize())
+    odd = weight(32, 3 * G, seed=5, G=G)  # an odd number of groups: the planar layout's last group is its own
+    assert np.array_equal(odd.in_columns().in_rows().codes, odd.codes)
+    assert np.array_equal(odd.in_columns().dequantize(), odd.dequantize())
 
 
 @pytest.mark.parametrize("G", [64, 32])

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from . import HAVE_NUMBA
 from .float_tiles import PREFETCH
 
 KIND = "q4ic"
@@ -41,19 +42,54 @@ def applies(n: int, k: int, group: int) -> bool:
 
 
 def arrange(codes: np.ndarray, scales: np.ndarray, biases: np.ndarray, G: int) -> tuple[np.ndarray, ...]:
-    """Planar 4-bit codes [n, k/2] (affine.py) and per-group scales / biases [n, k/G] -> the layout above."""
-    from .affine import _unplanar
-
-    e = _unplanar(codes, G)  # [n, k] one code a byte
-    n, k = e.shape
-    c = e.reshape(n // COLUMNS, COLUMNS, k // 8, 2, 4)  # [block, lane, pair, half, j]
-    pairs = (c[:, :, :, 0, :] | (c[:, :, :, 1, :] << 4)).transpose(0, 2, 1, 3)  # [block, pair, lane, j]
-    out = np.ascontiguousarray(pairs, dtype=np.uint8).reshape(n, k // 2)
+    """Planar 4-bit codes [n, k/2] (affine.py) and per-group scales / biases [n, k/G] -> the layout above. The codes
+    in one compiled pass a block of 16 rows at a time: no full-size temporaries (a whole MLX 4-bit Qwen3-30B-A3B
+    arranged with numpy's reshapes loaded in 150 s at 1.11x its bytes of peak RSS; docs/performance.md)."""
+    if not HAVE_NUMBA:  # pragma: no cover - the tiles need numba: q4ic is never chosen without it
+        raise RuntimeError("q4ic's layout is made by a compiled kernel: install numba (fs-model[fast])")
+    n, half = codes.shape
+    out = np.empty((n, half), np.uint8)
+    _arrange_codes(np.ascontiguousarray(codes), G, out)
 
     def columns(a: np.ndarray) -> np.ndarray:
         return np.ascontiguousarray(a.reshape(n // COLUMNS, COLUMNS, -1).transpose(0, 2, 1)).reshape(n, -1)
 
     return out, columns(scales), columns(biases)
+
+
+if HAVE_NUMBA:
+    from numba import njit
+
+    @njit(cache=True)
+    def _arrange_codes(planar, G, out):  # pragma: no cover - compiled
+        """``arrange``'s codes: each block's 16 rows unpacked from the planar layout (affine.py: per pair of groups
+        byte j holds input j low and G + j high; an odd last group input j low and G/2 + j high) into one code a
+        byte, then written as the chunk pairs above."""
+        n, half = planar.shape
+        k = 2 * half
+        paired = k // (2 * G) * 2 * G
+        codes = np.empty((COLUMNS, k), np.uint8)
+        flat = out.reshape(-1)
+        for b in range(n // COLUMNS):
+            for lane in range(COLUMNS):
+                row = planar[b * COLUMNS + lane]
+                for q in range(paired // (2 * G)):
+                    for j in range(G):
+                        byte = row[q * G + j]
+                        codes[lane, 2 * q * G + j] = byte & 15
+                        codes[lane, 2 * q * G + G + j] = byte >> 4
+                H = G // 2
+                for j in range(H if paired < k else 0):
+                    byte = row[paired // 2 + j]
+                    codes[lane, paired + j] = byte & 15
+                    codes[lane, paired + H + j] = byte >> 4
+            at = b * COLUMNS * half
+            for p in range(k // 8):
+                for lane in range(COLUMNS):
+                    for j in range(4):
+                        flat[at + (p * COLUMNS + lane) * 4 + j] = codes[lane, 8 * p + j] | (
+                            codes[lane, 8 * p + 4 + j] << 4
+                        )
 
 
 def planar(codes: np.ndarray, scales: np.ndarray, biases: np.ndarray, G: int) -> tuple[np.ndarray, ...]:
