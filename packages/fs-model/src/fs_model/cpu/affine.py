@@ -133,16 +133,13 @@ class AffineWeight:
     def rows(self, ids: np.ndarray) -> np.ndarray:
         """Dequantized rows (an embedding lookup)."""
         flat = ids.reshape(-1)
-        if self.columns:  # the 16-row blocks holding them, back in rows; then each id's own row
+        w = self
+        if self.columns:  # the 16-row blocks holding them, back in rows; then each id's own row within its block
             C = column_tiles.COLUMNS
             at = ((flat // C)[:, None] * C + np.arange(C)).reshape(-1)
-            G = self.group_size
-            block = AffineWeight(self.codes[at], self.scales[at], self.biases[at], self.bits, G, columns=True)
-            mine = np.arange(flat.size) * C + flat % C
-            rows = block.in_rows()
-            part = AffineWeight(rows.codes[mine], rows.scales[mine], rows.biases[mine], self.bits, self.group_size)
-            return part.dequantize().reshape(*ids.shape, self.shape[1])
-        part = AffineWeight(self.codes[flat], self.scales[flat], self.biases[flat], self.bits, self.group_size)
+            w = replace(self, codes=self.codes[at], scales=self.scales[at], biases=self.biases[at]).in_rows()
+            flat = np.arange(flat.size) * C + flat % C
+        part = AffineWeight(w.codes[flat], w.scales[flat], w.biases[flat], self.bits, self.group_size)
         return part.dequantize().reshape(*ids.shape, self.shape[1])
 
 

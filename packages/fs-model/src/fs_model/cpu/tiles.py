@@ -265,8 +265,8 @@ class Tiled:
             codes, G, k = w.codes, w.group_size, w.shape[1]
             ps, pb, sg = w.scales.ctypes.data, w.biases.ctypes.data, w.scales.strides[0]
             outer, inner = (k // (2 * G), G // W) if kind in ("q4", "q4w", "q4i", "q4iw") else (k // G, G // W)
-            if kind == column_tiles.KIND:  # codes, scales and biases laid out per 16 rows, groups of 64 a step
-                if not getattr(w, "columns", False):
+            if kind == column_tiles.KIND:  # codes, scales and biases laid out per 16 rows, a group a step
+                if not w.columns:
                     w = self.w = w.in_columns()
                 codes, ps, pb, sg = w.codes, w.scales.ctypes.data, w.biases.ctypes.data, w.scales.strides[0]
                 outer, inner = k // G, 1
