@@ -33,7 +33,7 @@ def matrix(kind: str, n: int, k: int = 1024) -> tuple[tiles.Tiled, tiles.Tiled]:
     w = from_mlx(*(affine_part(kind, data, (n, k), p) for p in ("weight", "scales", "biases")), bits, G)
     records = (SUPERBLOCKS[kind], superblock_records(kind, data, (n, k)))
     layer = AffineLinear(w.__class__(w.codes, w.scales, w.biases, bits, G, records))
-    assert layer.tiles is not None and layer.tiles.single is not None, "this CPU runs no tile that reads records"
+    assert layer.tiles is not None and layer.tiles.layout == records[0], "this CPU runs no tile that reads records"
     return layer.tiles, tiles.Tiled(layer.tiles.kind, w)
 
 

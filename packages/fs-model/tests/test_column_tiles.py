@@ -5,6 +5,8 @@ and a layer keeps one copy of its codes - the column layout - wherever every cal
 reads one lane's codes for another, mixes up the nibble planes or indexes the per-16-row scales by row would fail
 the contract by orders of magnitude."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -102,8 +104,58 @@ def test_a_layer_keeps_only_the_column_layout_where_every_call_takes_q4ic(column
     assert off.tiles is not None and off.tiles.kind in ("q4iw", "q4i") and not off.w.columns
 
 
-@pytest.mark.parametrize("G", [64, 32])
-def test_the_avx2_body_gives_the_vnni_bodys_bits(columns, G):
+def test_a_q4_k_layer_reads_its_records_arranged_per_16_rows(columns, monkeypatch):
+    """A GGUF Q4_K matrix (super-block records: column_records.py) on q4ic: the records turned per block of 16 rows
+    (a block's 16 d factors first, then 16 m, then each group's 16 sub-scales), every call reading them, with the
+    bits of its float32 scales (``FS_SUPERBLOCK_SCALES=0``); rows and dequantize see the planar matrix."""
+    from test_superblock_scales import kquant
+
+    w, records = kquant("Q4_K", 48, 512, edges=True)
+    w = replace(w, records=records)
+    c = w.in_columns()
+    assert c.records is not None and c.records[0] == "k4" and c.records[1].shape == records[1].shape
+    assert np.array_equal(c.in_rows().records[1], records[1])
+    block = c.records[1][:16].reshape(-1)[: 16 * 24]  # rows 0-15, super-block 0
+    assert np.array_equal(block[:64].reshape(16, 4), records[1][:16, 0:4])  # d of each row
+    assert np.array_equal(block[128:256].reshape(8, 16), records[1][:16, 8:16].T)  # sc: a group's 16 rows adjacent
+    layer = AffineLinear(w)
+    assert layer.tiles is not None and layer.tiles.kind == "q4ic" and layer.w.columns and layer.tiles.single is None
+    ids = np.array([[0, 47], [17, 31]])
+    assert np.array_equal(layer.rows(ids), w.rows(ids)) and np.array_equal(layer.w.dequantize(), w.dequantize())
+    x = np.random.default_rng(5).standard_normal((9, 512), dtype=np.float32)
+    monkeypatch.setattr(cpu.SWITCHES, "superblock_scales", False)
+    plain = AffineLinear(w)
+    assert plain.tiles is not None and plain.tiles.kind == "q4ic" and plain.tiles.fns != layer.tiles.fns
+    for m in (1, 2, 9):
+        assert np.array_equal(layer.matmul(x[:m]), plain.matmul(x[:m]))
+    assert rel_err(layer.matmul(x), int8_activation_contract(w, x)) < 1e-5
+
+
+@pytest.mark.parametrize("bits", [5, 6])
+def test_packed_codes_in_columns_round_trip_and_keep_the_bytes(bits):
+    """GGUF's 5- and 6-bit codes (packed_columns.py): a group's nibbles as q4ic's, then its top bits, the same
+    bytes; back to packed rows exactly (every code 0 and 2^bits - 1 in some row)."""
+    from fs_model.cpu import packed_codes, packed_columns
+
+    G = packed_codes.GROUP[bits]
+    codes = np.random.default_rng(6).integers(0, 1 << bits, (48, 256), dtype=np.uint8)
+    codes[0], codes[1] = 0, (1 << bits) - 1
+    rows = packed_codes.pack(codes, bits)
+    c = packed_columns.arrange(rows, bits)
+    assert c.shape == rows.shape and np.array_equal(packed_columns.planar(c, bits), rows)
+    block = c[:16].reshape(-1)  # rows 0-15, group 0: pair 0 then the top bits (chunk q at 2q or q of each byte)
+    assert np.array_equal(block[:64] & 15, (codes[:16, :4] & 15).reshape(-1))
+    assert np.array_equal(block[:64] >> 4, (codes[:16, 4:8] & 15).reshape(-1))
+    width = bits - 4
+    top = block[8 * G : 8 * G + 64]
+    assert np.array_equal(top & ((1 << width) - 1), (codes[:16, :4] >> 4).reshape(-1))  # chunk 0's top bits
+    assert np.array_equal((top >> width) & ((1 << width) - 1), (codes[:16, 4:8] >> 4).reshape(-1))  # chunk 1's
+
+
+@pytest.mark.parametrize(
+    "G, layout, bits", [(64, None, 4), (32, None, 4), (32, "k4", 4), (32, "k4", 5), (16, "k6", 6), (16, None, 6)]
+)
+def test_the_avx2_body_gives_the_vnni_bodys_bits(columns, G, layout, bits):
     """Both bodies sum each group's products exactly in integers (VNNI: ``vpdpbusd``; AVX2: ``vpmaddubsw`` pairs
     added as int16 over 8 chunks, then ``vpmaddwd``) and share the float chain, so an AVX2 host computes what an
     AVX-512 one does. Run where this CPU has VNNI (its own pass compiles the other body here)."""
@@ -115,16 +167,24 @@ def test_the_avx2_body_gives_the_vnni_bodys_bits(columns, G):
     if not cpu.FEATURES.issuperset(tiles.VNNI_FEATURES):
         pytest.skip(f"{cpu_name()}: no AVX-512 VNNI here, so only the AVX2 body runs (the other tests check it)")
     MRs = sorted({MR for _, MR in tiles.TILES[column_tiles.KIND]})
-    ir = integer_tiles.DECLARATIONS + column_tiles.source(MRs, G, None, 8)
-    names = [column_tiles.name(MR, G) for MR in MRs]
+    ir = integer_tiles.DECLARATIONS + column_tiles.source(MRs, G, layout, 8, bits)
+    names = [column_tiles.name(MR, G, layout, bits) for MR in MRs]
     fns = compile_ir(ir, ("avx2", "fma"), dict.fromkeys(names, tiles._SIG))
     assert fns is not None
     at = {n: ctypes.cast(fns[n], ctypes.c_void_p).value for n in names}
+    from fs_model.cpu import packed_codes
+    from test_superblock_scales import kquant
+
     w = weight(64, 512, seed=4, G=G)
+    if layout is not None or bits != 4:  # a K-quant matrix (records: column_records.py), 5-/6-bit codes packed
+        plain, records = kquant({4: "Q4_K", 5: "Q5_K", 6: "Q6_K"}[bits], 64, 512, seed=4)
+        w = replace(packed_codes.keep_packed(plain, bits) if bits != 4 else plain, records=records if layout else None)
+    kind = f"q{bits}ic"
     x = np.random.default_rng(4).standard_normal((7, 512), dtype=np.float32)
-    vnni = tiles.Tiled(column_tiles.KIND, w)
-    avx2 = tiles.Tiled(column_tiles.KIND, w)
-    avx2.fns = tuple(at[column_tiles.name(MR, G)] for _, MR in tiles.TILES[column_tiles.KIND] for _ in (0, 1))
+    vnni = tiles.Tiled(kind, w)
+    avx2 = tiles.Tiled(kind, w)
+    assert vnni.layout == layout
+    avx2.fns = tuple(at[column_tiles.name(MR, G, layout, bits)] for _, MR in tiles.TILES[kind] for _ in (0, 1))
     avx2.call = avx2.calls([avx2])
     assert avx2.fns != vnni.fns
     for m in (7, 1):

@@ -1,5 +1,6 @@
 """GGUF's 5- and 6-bit codes kept in their bits (cpu/packed_codes.py): the packing is exact and refuses what it cannot
-hold, the integer tiles meet their contract on the 0.6B shapes, give a row the same bits in every panel and from the
+hold, the integer tiles - one output's codes in the lanes (q5i(w), q6i(w)) or 16 outputs' (q5ic, q6ic:
+packed_columns.py) - meet their contract on the 0.6B shapes, give a row the same bits in every panel and from the
 super-block records as from the float32 scales, and only the codes the file says are 5- or 6-bit, on CPUs that run
 those tiles, are packed."""
 
@@ -42,6 +43,14 @@ def compiled(kind):
     return kind
 
 
+KINDS = ["q5i", "q5iw", "q5ic", "q6i", "q6iw", "q6ic"]
+
+
+def rows(kind, n):
+    """The column kinds take whole blocks of 16 rows (a partial block keeps the other kinds: test_column_tiles)."""
+    return -(-n // 16) * 16 if kind.endswith("c") else n
+
+
 @pytest.mark.parametrize("bits", [5, 6])
 def test_packing_round_trips_every_code_and_refuses_what_it_cannot_hold(bits):
     rng = np.random.default_rng(0)
@@ -55,12 +64,13 @@ def test_packing_round_trips_every_code_and_refuses_what_it_cannot_hold(bits):
         packed_codes.pack(np.zeros((1, 96), np.uint8), bits)
 
 
-@pytest.mark.parametrize("kind", ["q5i", "q5iw", "q6i", "q6iw"])
+@pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("name", list(SHAPES))
 def test_packed_tiles_equal_their_contract(tiled, kind, name):
     """int8 activations per weight group (integer_tiles.py's quantities) to float32 rounding, and within the
     activation rounding of the float product of the dequantized weights."""
     n, k = SHAPES[name]
+    n = rows(kind, n)
     w8, wp = packed(int(kind[1]), n, k)
     x = np.random.default_rng(1).standard_normal((5, k), dtype=np.float32) * np.float32(3)
     got = tiles.matmul(compiled(kind), replace(wp, records=None), x)
@@ -68,14 +78,14 @@ def test_packed_tiles_equal_their_contract(tiled, kind, name):
     assert rel_err(got, x.astype(np.float64) @ w8.dequantize().astype(np.float64).T) < 5e-2
 
 
-@pytest.mark.parametrize("kind", ["q5i", "q5iw", "q6i", "q6iw"])
+@pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("edges", [False, True])
 def test_a_row_gets_the_same_bits_in_every_panel_from_records_or_scales(tiled, kind, edges, monkeypatch):
     """13 rows = panels of 4, 4, 4 and one; 6 = 4 + 2; one row alone: the same bits. The tile reading the records
     (every call, here) gives the bits of the one reading the float32 scales and biases, also at the edges (zero,
     subnormal and the largest float16 factors, sub-scales at their extremes)."""
     monkeypatch.setattr(tile_calls, "RECORD_ROWS", 64)
-    _, wp = packed(int(kind[1]), 45, 512, edges=edges)
+    _, wp = packed(int(kind[1]), rows(kind, 45), 512, edges=edges)
     x = np.random.default_rng(2).standard_normal((13, 512), dtype=np.float32)
     records, scales = tiles.Tiled(compiled(kind), wp), tiles.Tiled(kind, replace(wp, records=None))
     assert records.layout == wp.records[0] and scales.layout is None
@@ -93,9 +103,12 @@ def test_only_codes_the_file_says_are_5_or_6_bit_are_packed(tiled, monkeypatch):
     activations off the packed tiles do not run, so codes keep a byte each - and a packed matrix handed to a layer
     then is unpacked, the same values."""
     w8, w6 = packed(6, 64, 1024)
+    ids = np.array([[0, 63], [17, 31]])
     layer = AffineLinear(w6)
-    assert layer.tiles is not None and layer.tiles.kind in ("q6i", "q6iw") and layer.tiles.layout == "k6"
+    assert layer.tiles is not None and layer.tiles.kind in ("q6i", "q6iw", "q6ic") and layer.tiles.layout == "k6"
     assert (w6.codes.nbytes + w6.records[1].nbytes) / (64 * 1024) == 0.75 + 20 / 256
+    assert layer.nbytes == w6.nbytes and layer.w.columns == (layer.tiles.kind == "q6ic")  # the same bytes, turned
+    assert np.array_equal(layer.w.dequantize(), w8.dequantize()) and np.array_equal(layer.rows(ids), w8.rows(ids))
     q4 = replace_records(*kquant("Q4_K", 64, 1024))
     assert packed_codes.keep_packed(w8, None) is w8 and packed_codes.keep_packed(q4, 5) is q4
     assert packed_codes.keep_packed(w8, 5) is w8  # Q5's group is 32, this matrix's 16
@@ -109,11 +122,11 @@ def test_only_codes_the_file_says_are_5_or_6_bit_are_packed(tiled, monkeypatch):
     assert np.array_equal(plain.matmul(x), AffineLinear(w8).matmul(x))
 
 
-@pytest.mark.parametrize("kind", ["q5i", "q5iw", "q6i", "q6iw"])
+@pytest.mark.parametrize("kind", KINDS)
 def test_float16_scales_give_the_bits_of_float32_ones(tiled, kind):
     """GGUF's Q5_0 / Q5_1 keep float16 factors: the packed tiles read them as float16 (half_scales.py) with the bits
     of float32 copies, in every panel."""
-    _, wp = packed(int(kind[1]), 45, 512)
+    _, wp = packed(int(kind[1]), rows(kind, 45), 512)
     half = replace(wp, records=None, scales=wp.scales.astype(np.float16), biases=wp.biases.astype(np.float16))
     held, widened = tiles.Tiled(compiled(kind), half), tiles.Tiled(kind, half.widened())
     x = np.random.default_rng(2).standard_normal((13, 512), dtype=np.float32)

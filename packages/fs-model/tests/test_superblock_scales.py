@@ -54,8 +54,8 @@ def both(kind, w, records, x):
     """(the tile reading records, the same tile reading the float32 scales and biases)."""
     a = tiles.Tiled(kind, replace_records(w, records))
     b = tiles.Tiled(kind, w)
-    assert a.layout == records[0] and a.single is not None and b.single is None
-    assert a.chosen(x.shape[0]) == a.single
+    assert a.layout == records[0] and b.single is None and b.fns != a.chosen(x.shape[0])[0]
+    assert a.chosen(x.shape[0]) == (a.single or (a.fns, a.weights))  # q4ic: every call reads them (tiles.Tiled)
     return a(x), b(x)
 
 
@@ -65,8 +65,8 @@ def replace_records(w, records):
     return replace(w, records=records)
 
 
-KINDS = [("Q4_K", "q4i"), ("Q4_K", "q4iw"), ("Q4_K", "q4"), ("Q4_K", "q4w"), ("Q5_K", "q8"), ("Q5_K", "q8w"),
-         ("Q6_K", "q8"), ("Q6_K", "q8w")]  # fmt: skip
+KINDS = [("Q4_K", "q4i"), ("Q4_K", "q4iw"), ("Q4_K", "q4"), ("Q4_K", "q4w"), ("Q4_K", "q4ic"), ("Q5_K", "q8"),
+         ("Q5_K", "q8w"), ("Q6_K", "q8"), ("Q6_K", "q8w")]  # fmt: skip
 
 
 @pytest.mark.parametrize("gguf_type, kind", KINDS)
@@ -75,6 +75,7 @@ def test_records_give_the_bits_of_the_expanded_scales_in_every_panel(tiled, ever
     if tiles.width(kind) == 16 and tiles.kernels(kind, FORMATS[gguf_type][1]) is None:
         pytest.skip(f"{kind} needs AVX-512: this CPU runs the 8-wide tiles")
     n, k = 45, 512  # full tiles and one-row edges; two super-blocks per row
+    n = 48 if kind == "q4ic" else n  # q4ic: whole blocks of 16 rows, its records arranged per block
     w, records = kquant(gguf_type, n, k, edges=edges)
     x = np.random.default_rng(1).standard_normal((9, k), dtype=np.float32)
     for m in range(1, 10):
@@ -84,14 +85,19 @@ def test_records_give_the_bits_of_the_expanded_scales_in_every_panel(tiled, ever
 
 def test_a_k_quant_layer_reads_records_and_fewer_bytes(tiled, monkeypatch):
     """The layer the loader builds (AffineLinear) takes the records for one-row calls (decode, where a step is
-    bound by memory) and the float32 scales for more; the switch turns records off with the same bits; Q4_K
-    streams 0.59 bytes per weight, not 0.75, Q6_K 1.08, not 1.5."""
+    bound by memory) and the float32 scales for more - except on q4ic (Q4_K where its tiles run), which reads them
+    in every call; the switch turns records off with the same bits; Q4_K streams 0.59 bytes per weight, not 0.75,
+    Q6_K 1.08, not 1.5."""
     n, k = 64, 1024
     for gguf_type, per_weight in (("Q4_K", 0.5 + 24 / 256), ("Q6_K", 1 + 20 / 256)):
         w, records = kquant(gguf_type, n, k)
         layer = AffineLinear(replace_records(w, records))
         assert layer.tiles is not None and layer.tiles.layout == records[0]
-        assert layer.tiles.chosen(1) == layer.tiles.single and layer.tiles.chosen(2) != layer.tiles.single
+        t = layer.tiles
+        if t.kind == "q4ic":
+            assert t.single is None and t.fns == tiles.kernels("q4ic", 32, "k4") and t.chosen(1) == t.chosen(64)
+        else:
+            assert t.chosen(1) == t.single and t.chosen(2) != t.single
         assert (w.codes.nbytes + records[1].nbytes) / (n * k) == per_weight
         x = np.random.default_rng(2).standard_normal((3, k), dtype=np.float32)
         monkeypatch.setattr(cpu.SWITCHES, "superblock_scales", False)
@@ -123,7 +129,9 @@ def test_a_tile_group_of_k_quant_matrices_reads_each_ones_records(tiled, every_c
     k = 1024
     layers = [AffineLinear(replace_records(*kquant("Q4_K", n, k, seed=s))) for s, n in enumerate((64, 48, 80))]
     group = TileGroup.of(layers)
-    assert group is not None and group.call.records is not None and all(la.tiles.layout == "k4" for la in layers)
+    assert group is not None and all(la.tiles.layout == "k4" for la in layers)
+    q4ic = layers[0].tiles.kind == "q4ic"  # reads the records in every call: its tiles are the group's own
+    assert (group.call.records is None) if q4ic else (group.call.records is not None)
     x = np.random.default_rng(3).standard_normal((5, k), dtype=np.float32)
     for m in (1, 5):
         for got, la in zip(group(x[:m]), layers, strict=True):

@@ -17,7 +17,7 @@ import numpy as np
 from fs_weights import bf16_to_f32, dequantize, f32_to_bf16, quantize
 
 from ..numpy.linear import Linear
-from . import HAVE_NUMBA, SWITCHES, bf16_gemm, column_tiles, packed_codes, tiles, vnni
+from . import HAVE_NUMBA, SWITCHES, bf16_gemm, column_records, column_tiles, packed_codes, packed_columns, tiles, vnni
 from .blas import SMALL, blocked_matmul, scratch
 from .threads import bucket, fan_out
 
@@ -59,7 +59,8 @@ class AffineWeight:
     group_size: int
     # a GGUF K-quant's (layout, super-block records): what the tiles read instead of scales / biases (tiles.Tiled)
     records: tuple[str, np.ndarray] | None = None
-    # 4-bit codes, scales and biases laid out per 16 rows for the q4ic tiles (column_tiles.py), not planar per row
+    # 4-bit codes, scales, biases (and records) laid out per 16 rows for the q4ic tiles (column_tiles.py,
+    # column_records.py), not planar per row
     columns: bool = False
 
     @property
@@ -98,18 +99,35 @@ class AffineWeight:
         return replace(self, scales=scales, biases=biases)
 
     def in_columns(self) -> "AffineWeight":
-        """This 4-bit weight laid out per 16 rows (column_tiles.arrange): the same bytes, what q4ic reads."""
+        """This 4-, 5- or 6-bit weight laid out per 16 rows (column_tiles.arrange, packed_columns.arrange; records:
+        column_records.arrange): the same bytes, what the column tiles read."""
         if self.columns:
             return self
-        codes, scales, biases = column_tiles.arrange(self.codes, self.scales, self.biases, self.group_size)
-        return replace(self, codes=codes, scales=scales, biases=biases, columns=True)
+        if self.bits == 4:
+            codes, scales, biases = column_tiles.arrange(self.codes, self.scales, self.biases, self.group_size)
+        else:
+            codes = packed_columns.arrange(self.codes, self.bits)
+            scales, biases = (column_tiles.columns(a) for a in (self.scales, self.biases))
+        records = (
+            None
+            if self.records is None
+            else (self.records[0], column_records.arrange(self.records[1], self.records[0]))
+        )
+        return replace(self, codes=codes, scales=scales, biases=biases, records=records, columns=True)
 
     def in_rows(self) -> "AffineWeight":
         """The planar, one-row-at-a-time layout (the inverse of ``in_columns``)."""
         if not self.columns:
             return self
-        codes, scales, biases = column_tiles.planar(self.codes, self.scales, self.biases, self.group_size)
-        return replace(self, codes=codes, scales=scales, biases=biases, columns=False)
+        if self.bits == 4:
+            codes, scales, biases = column_tiles.planar(self.codes, self.scales, self.biases, self.group_size)
+        else:
+            codes = packed_columns.planar(self.codes, self.bits)
+            scales, biases = (column_tiles.rows(a) for a in (self.scales, self.biases))
+        records = (
+            None if self.records is None else (self.records[0], column_records.planar(self.records[1], self.records[0]))
+        )
+        return replace(self, codes=codes, scales=scales, biases=biases, records=records, columns=False)
 
     def packed(self) -> np.ndarray:
         """The MLX uint32 packing (for fs_weights.dequantize; 5-/6-bit codes as MLX's 8-bit ones)."""
@@ -137,7 +155,8 @@ class AffineWeight:
         if self.columns:  # the 16-row blocks holding them, back in rows; then each id's own row within its block
             C = column_tiles.COLUMNS
             at = ((flat // C)[:, None] * C + np.arange(C)).reshape(-1)
-            w = replace(self, codes=self.codes[at], scales=self.scales[at], biases=self.biases[at]).in_rows()
+            w = replace(self, codes=self.codes[at], scales=self.scales[at], biases=self.biases[at], records=None)
+            w = w.in_rows()
             flat = np.arange(flat.size) * C + flat % C
         part = AffineWeight(w.codes[flat], w.scales[flat], w.biases[flat], self.bits, self.group_size)
         return part.dequantize().reshape(*ids.shape, self.shape[1])
@@ -306,8 +325,8 @@ class AffineLinear(Linear):
             self.kind, self.tiled, _ = _tile_kind(w)
         kind = tiles.widest(self.kind, k, G, layout=tiles.scale_layout(w))
         if self.tiled and self.invariant:  # only the tiles read the column layout: every call must take them
-            kind = tiles.by_columns(kind, w.shape[0], k, G, tiles.scale_layout(w), w.records is not None)
-            w = w.in_columns() if kind == column_tiles.KIND else w  # kept instead of the planar codes, not beside
+            kind = tiles.by_columns(kind, w.shape[0], k, G, tiles.scale_layout(w), w.records[0] if w.records else None)
+            w = w.in_columns() if kind in column_tiles.KINDS else w  # kept instead of the planar codes, not beside
         self.w = w
         self.shape = w.shape
         self.tiles = tiles.Tiled(kind, w) if self.tiled else None

@@ -1,18 +1,20 @@
-"""4-bit codes × int8 activations with 16 *output columns* in a vector's lanes (``q4ic``: AVX-512 VNNI, or AVX2).
+"""Codes × int8 activations with 16 *output columns* in a vector's lanes: ``q4ic`` (4-bit), ``q5ic`` / ``q6ic``
+(GGUF's packed 5- and 6-bit codes: packed_columns.py); an AVX-512 VNNI body, or an AVX2 one.
 
 Why: the ``q4iw`` tile (integer_tiles.py) puts 16 groups of 4 weights of *one* output in the lanes, so every
 ``vpdpbusd`` (64 multiply-adds) of every (weight row, input row) pair is followed by that pair's own conversion,
 scale product, spread and two FMAs: one instruction in four multiplies, ~100 GFLOP/s a Zen 4 thread at any M.
 Here a group of 64 weights of 16 outputs is 16 ``vpdpbusd``, each taking 4 activation bytes broadcast from memory,
 and the float work comes once per 16 of them (benchmarks/q4_column_lanes.py: 2.1-3.2× on one thread). AVX2
-hosts run a body of their own over the same layout (``_products_avx2``) whose group sums are the same exact
-integers, so both give every output the same bits.
+hosts run a body of their own over the same layout whose group sums are the same exact integers
+(column_dots.py), so both give every output the same bits.
 
 Layout (``arrange``): per block of 16 weight rows, per group g of G inputs (64, or GGUF's 32), G/8 pairs of 64
-bytes; byte 4l + j of pair p holds row l's input Gg + 8p + j in its low nibble and Gg + 8p + 4 + j in its high one.
-Scales and biases per block, group and row: ``[n/16, k/G, 16]``, kept as an ``[n, k/G]`` array (row stride k/G
-values, so the tiles' ``ps + i·sg`` for a block's first row i is the block's start). Same bytes as the planar
-layout.
+bytes; byte 4l + j of pair p holds row l's input Gg + 8p + j in its low nibble and Gg + 8p + 4 + j in its high one
+(5- and 6-bit codes: these are their low nibbles, their top bits follow each group). Scales and biases per block,
+group and row: ``[n/16, k/G, 16]``, kept as an ``[n, k/G]`` array (row stride k/G values, so the tiles'
+``ps + i·sg`` for a block's first row i is the block's start); a K-quant's super-block records instead, turned the
+same way (column_records.py). Same bytes as the planar layout.
 
 The contract, per output element (every tile: 16 × 4, 16 × 2, 16 × 1 - a row's bits never depend on M):
 
@@ -27,18 +29,29 @@ from typing import Any
 import numpy as np
 
 from . import HAVE_NUMBA
+from .column_dots import _load, _splat, dots_avx2, dots_vnni
 from .float_tiles import PREFETCH
 
 KIND = "q4ic"
+KINDS = {"q4ic": 4, "q5ic": 5, "q6ic": 6}  # kind -> code bits (5 and 6: GGUF's packed codes, packed_columns.py)
 COLUMNS = 16  # outputs a tile covers: one work item (tile_loops.BLOCK) is one tile
-GROUPS = (32, 64)  # inputs a group: MLX's default and GGUF's Q4_0 / Q4_1
+# inputs a group: 4-bit MLX's default and GGUF's Q4_0 / Q4_1 / Q4_K; Q5_0 / Q5_1 / Q5_K; Q6_K
+GROUPS = {4: (32, 64), 5: (32,), 6: (16,)}
 V = "<16 x float>"
-LAYOUTS = (None, "bf16", "f16")  # scales and biases: float32, bf16 bits or float16 (read as stored)
+# How far ahead of the codes a tile hints every line into L2, per body (W lanes). A work item here is one 16-row
+# block read front to back (12-36 KiB at 0.6B shapes), so the rows' 32 KiB (float_tiles.PREFETCH) overshoots it.
+# Measured on whole 0.6B decode steps (Zen 5, 2026-12-07, pinned to 2 threads, ms a step, one hint a group at
+# 32 KiB / every line at 4 KiB / at 8 KiB): int4 10.8-12.2 / 10.3-10.5 / 10.6-11.2, Q4_K_M 11.9-12.5 / 9.8-10.2 /
+# 9.3-11.5, Q6_K 17.2-17.3 / 12.1-13.8 / 13.4 (q6iw, before the column tiles: 15.0-15.4). The AVX2 body keeps every
+# line at 32 KiB (under FS_ISA=avx2 4 KiB came out within noise: 9.1-12.1 against 9.9-11.2).
+AHEAD = {16: 4096, 8: PREFETCH}
+LAYOUTS = (None, "bf16", "f16")  # scales and biases: float32, bf16 bits or float16 (read as stored); K-quants'
+# super-block records are read too, arranged per 16 rows (column_records.py)
 
 
-def applies(n: int, k: int, group: int) -> bool:
-    """The shape this kind covers: whole 16-row blocks, groups of 32 or 64."""
-    return n % COLUMNS == 0 and group in GROUPS and k % group == 0
+def applies(n: int, k: int, group: int, bits: int = 4) -> bool:
+    """The shape a kind of these covers: whole 16-row blocks, its groups (packed codes: k % 64 == 0 as stored)."""
+    return n % COLUMNS == 0 and group in GROUPS[bits] and k % group == 0 and (bits == 4 or k % 64 == 0)
 
 
 def arrange(codes: np.ndarray, scales: np.ndarray, biases: np.ndarray, G: int) -> tuple[np.ndarray, ...]:
@@ -50,11 +63,19 @@ def arrange(codes: np.ndarray, scales: np.ndarray, biases: np.ndarray, G: int) -
     n, half = codes.shape
     out = np.empty((n, half), np.uint8)
     _arrange_codes(np.ascontiguousarray(codes), G, out)
-
-    def columns(a: np.ndarray) -> np.ndarray:
-        return np.ascontiguousarray(a.reshape(n // COLUMNS, COLUMNS, -1).transpose(0, 2, 1)).reshape(n, -1)
-
     return out, columns(scales), columns(biases)
+
+
+def columns(a: np.ndarray) -> np.ndarray:
+    """Per-row values [n, k/G] (scales, biases) -> ``[n/16, k/G, 16]`` kept as ``[n, k/G]``."""
+    n = a.shape[0]
+    return np.ascontiguousarray(a.reshape(n // COLUMNS, COLUMNS, -1).transpose(0, 2, 1)).reshape(n, -1)
+
+
+def rows(a: np.ndarray) -> np.ndarray:
+    """Inverse of ``columns``."""
+    n = a.shape[0]
+    return np.ascontiguousarray(a.reshape(n // COLUMNS, -1, COLUMNS).transpose(0, 2, 1)).reshape(n, -1)
 
 
 if HAVE_NUMBA:
@@ -100,26 +121,7 @@ def planar(codes: np.ndarray, scales: np.ndarray, biases: np.ndarray, G: int) ->
     pairs = codes.reshape(n // COLUMNS, 2 * half // 8, COLUMNS, 4).transpose(0, 2, 1, 3)  # [block, lane, pair, j]
     e = np.stack([pairs & 15, pairs >> 4], axis=3).reshape(n, 2 * half)
 
-    def rows(a: np.ndarray) -> np.ndarray:
-        return np.ascontiguousarray(a.reshape(n // COLUMNS, -1, COLUMNS).transpose(0, 2, 1)).reshape(n, -1)
-
     return _planar(e, G), rows(scales), rows(biases)
-
-
-def _load(name: str, address: str, ty: str, offset: int | str = 0) -> list[str]:
-    at = f"{name}.a"
-    return [
-        f"  {at} = add i64 {address}, {offset}",
-        f"  {name}.p = inttoptr i64 {at} to ptr",
-        f"  {name} = load {ty}, ptr {name}.p, align 1",
-    ]
-
-
-def _splat(name: str, scalar: str, ty: str, elt: str, W: int = 16) -> list[str]:
-    return [
-        f"  {name}.0 = insertelement {ty} poison, {elt} {scalar}, i32 0",
-        f"  {name} = shufflevector {ty} {name}.0, {ty} poison, <{W} x i32> zeroinitializer",
-    ]
 
 
 def _scales(name: str, base: str, g: str, layout: str | None, W: int, h: int) -> list[str]:
@@ -147,75 +149,35 @@ def _scales(name: str, base: str, g: str, layout: str | None, W: int, h: int) ->
     )
 
 
-def _products_vnni(MR: int, G: int) -> tuple[list[str], list[list[str]]]:
-    """A group's exact int32 sums, one ``vpdpbusd`` a chunk of 4 inputs: (IR, the sums' names per row, per half)."""
+def _chunks4(G: int, W: int) -> tuple[list[str], list[list[str]]]:
+    """A group's G/4 chunks of 4-bit codes (4 inputs × 16 rows) from its G/8 pairs at %wg: per chunk, its name(s) -
+    W = 16: one <16 x i32>; W = 8: two <32 x i8>, rows 0-7 and 8-15 (packed_columns.chunks: 5- and 6-bit codes)."""
     L: list[str] = []
+    names: list[list[str]] = []
     for p in range(G // 8):  # chunk pairs: the low nibbles are chunk 2p, the high ones chunk 2p + 1
-        L += _load(f"%cq{p}", "%wg", "<64 x i8>", 64 * p)
-        L += [
-            f"  %lo{p}.b = and <64 x i8> %cq{p}, splat (i8 15)",
-            f"  %hi{p}.b = lshr <64 x i8> %cq{p}, splat (i8 4)",
-            f"  %lo{p} = bitcast <64 x i8> %lo{p}.b to <16 x i32>",
-            f"  %hi{p} = bitcast <64 x i8> %hi{p}.b to <16 x i32>",
-        ]
-        for h, plane in enumerate(("lo", "hi")):
-            c = 2 * p + h
-            for r in range(MR):
-                prev = "zeroinitializer" if c == 0 else f"%I{r}_{c}"
-                L += _load(f"%xw{r}_{c}", f"%xg{r}", "i32", 4 * c)
-                L += _splat(f"%xs{r}_{c}", f"%xw{r}_{c}", "<16 x i32>", "i32", 16)
-                L.append(
-                    f"  %I{r}_{c + 1} = call <16 x i32> @llvm.x86.avx512.vpdpbusd.512(<16 x i32> {prev}, "
-                    f"<16 x i32> %{plane}{p}, <16 x i32> %xs{r}_{c})"
-                )
-    return L, [[f"%I{r}_{G // 4}"] for r in range(MR)]
-
-
-def _products_avx2(MR: int, G: int) -> tuple[list[str], list[list[str]]]:
-    """The same sums on AVX2, each 8 rows' half of a chunk pair in a 32-byte register: ``vpmaddubsw`` (codes ≤ 15
-    times int8: pairs within ±3840) added as int16 over 8 chunks (within ±30720: exact), then ``vpmaddwd`` by ones
-    into int32. Exact integers either way, so both bodies give every output the same bits."""
-    L: list[str] = []
-    ones = "splat (i16 1)"
-    acc: dict[tuple[int, int], str] = {}  # (row, half) -> int32 sum so far
-    part: dict[tuple[int, int], str] = {}  # (row, half) -> int16 sum of this run of 8 chunks
-    for p in range(G // 8):
+        if W == 16:
+            L += _load(f"%cq{p}", "%wg", "<64 x i8>", 64 * p)
+            L += [
+                f"  %lo{p}.b = and <64 x i8> %cq{p}, splat (i8 15)",
+                f"  %hi{p}.b = lshr <64 x i8> %cq{p}, splat (i8 4)",
+                f"  %lo{p} = bitcast <64 x i8> %lo{p}.b to <16 x i32>",
+                f"  %hi{p} = bitcast <64 x i8> %hi{p}.b to <16 x i32>",
+            ]
+            names += [[f"%lo{p}"], [f"%hi{p}"]]
+            continue
         for half in range(2):
             t = f"{p}_{half}"
             L += _load(f"%cq{t}", "%wg", "<32 x i8>", 64 * p + 32 * half)
             L += [f"  %lo{t} = and <32 x i8> %cq{t}, splat (i8 15)", f"  %hi{t} = lshr <32 x i8> %cq{t}, splat (i8 4)"]
-        for h, plane in enumerate(("lo", "hi")):
-            c = 2 * p + h
-            for r in range(MR):
-                L += _load(f"%xw{r}_{c}", f"%xg{r}", "i32", 4 * c)
-                L += _splat(f"%xs{r}_{c}.i", f"%xw{r}_{c}", "<8 x i32>", "i32", 8)
-                L.append(f"  %xs{r}_{c} = bitcast <8 x i32> %xs{r}_{c}.i to <32 x i8>")
-                for half in range(2):
-                    u = f"{r}_{c}_{half}"
-                    L.append(
-                        f"  %m{u} = call <16 x i16> @llvm.x86.avx2.pmadd.ub.sw(<32 x i8> %{plane}{p}_{half}, "
-                        f"<32 x i8> %xs{r}_{c})"
-                    )
-                    if c % 8:
-                        L.append(f"  %s{u} = add <16 x i16> {part[r, half]}, %m{u}")
-                        part[r, half] = f"%s{u}"
-                    else:
-                        part[r, half] = f"%m{u}"
-                    if c % 8 == 7:  # a run of 8 chunks: widen into the int32 sums
-                        wd = "@llvm.x86.avx2.pmadd.wd"
-                        L.append(f"  %w{u} = call <8 x i32> {wd}(<16 x i16> {part[r, half]}, <16 x i16> {ones})")
-                        if (r, half) in acc:
-                            L.append(f"  %a{u} = add <8 x i32> {acc[r, half]}, %w{u}")
-                            acc[r, half] = f"%a{u}"
-                        else:
-                            acc[r, half] = f"%w{u}"
-    return L, [[acc[r, 0], acc[r, 1]] for r in range(MR)]
+        names += [[f"%lo{p}_0", f"%lo{p}_1"], [f"%hi{p}_0", f"%hi{p}_1"]]
+    return L, names
 
 
-def microkernel(MR: int, G: int = 64, layout: str | None = None, W: int = 16) -> str:
-    """``@q4ic{G}{_layout}_16x{MR}`` with tiles.py's ABI: pw a block's codes, ps / pb its scales / biases, px MR
-    int8 input rows (stride sx), pa their side data ([sx_g for every g, then Σx_g], stride sa), po their 16 outputs
-    (stride so); ``groups`` = k / G. W = 16: the AVX-512 VNNI body; 8: the AVX2 one (two halves of 8 outputs)."""
+def microkernel(MR: int, G: int = 64, layout: str | None = None, W: int = 16, bits: int = 4) -> str:
+    """``@q{bits}ic{G}{_layout}_16x{MR}`` with tiles.py's ABI: pw a block's codes, ps / pb its scales / biases (or
+    ps its arranged super-block records: column_records.py), px MR int8 input rows (stride sx), pa their side data
+    ([sx_g for every g, then Σx_g], stride sa), po their 16 outputs (stride so); ``groups`` = k / G. W = 16: the
+    AVX-512 VNNI body; 8: the AVX2 one (two halves of 8 outputs). ``bits`` 5 and 6: packed_columns.py's layout."""
     halves = 16 // W
     V = f"<{W} x float>"
     L = ["entry:", "  %sums = mul i64 %groups, 4", "  br label %loop"]
@@ -226,26 +188,30 @@ def microkernel(MR: int, G: int = 64, layout: str | None = None, W: int = 16) ->
         for h in range(halves)
     ]
     L += [
-        f"  %gw = mul i64 %g, {8 * G}",
+        f"  %gw = mul i64 %g, {2 * G * bits}",
         "  %wg = add i64 %pw, %gw",
         f"  %gx = mul i64 %g, {G}",
         "  %g4 = mul i64 %g, 4",
     ]
-    # hints into L2 ahead of the codes (``float_tiles.PREFETCH``): the AVX2 body hints every 64-byte line of a group
-    # (one line a group: int4 decode 0.88x q4i's, every line 1.09x); the VNNI body one line a group (every line:
-    # decode 0.89-0.95x of that; ab_trees.py, 0.6B int4, Zen 4, 2026-12-07)
-    for p in range(G // 8 if W == 8 else 1):
+    # hints into L2 for every 64-byte line of a group, AHEAD[W] bytes ahead of the codes (``float_tiles.PREFETCH``)
+    for p in range(G * bits // 32):
         L += [
-            f"  %pfa{p} = add i64 %wg, {PREFETCH + 64 * p}",
+            f"  %pfa{p} = add i64 %wg, {AHEAD[W] + 64 * p}",
             f"  %pfp{p} = inttoptr i64 %pfa{p} to ptr",
             f"  call void @llvm.prefetch.p0(ptr %pfp{p}, i32 0, i32 2, i32 1)",
         ]
     for r in range(MR):
         L += [f"  %xo{r} = mul i64 %sx, {r}", f"  %xr{r} = add i64 %px, %xo{r}", f"  %xg{r} = add i64 %xr{r}, %gx"]
-    body, sums = _products_vnni(MR, G) if W == 16 else _products_avx2(MR, G)
-    L += body
+    from . import column_records, packed_columns
+
+    code, chunks = _chunks4(G, W) if bits == 4 else packed_columns.chunks(G, bits, W)
+    body, sums = dots_vnni(MR, chunks) if W == 16 else dots_avx2(MR, chunks, bits)
+    L += code + body
     for h in range(halves):
-        L += _scales(f"%sv{h}", "%ps", "%g", layout, W, h) + _scales(f"%bv{h}", "%pb", "%g", layout, W, h)
+        if layout in column_records.LAYOUTS:  # a K-quant's records, arranged per 16 rows: ps is their address
+            L += column_records.scales_and_biases(f"%sv{h}", f"%bv{h}", "%ps", "%g", W, h, layout)
+        else:
+            L += _scales(f"%sv{h}", "%ps", "%g", layout, W, h) + _scales(f"%bv{h}", "%pb", "%g", layout, W, h)
     for r in range(MR):
         L += [f"  %ao{r} = mul i64 %sa, {r}", f"  %ar{r} = add i64 %pa, %ao{r}", f"  %as{r} = add i64 %ar{r}, %sums"]
         L += _load(f"%sx{r}", f"%ar{r}", "float", "%g4") + _load(f"%sm{r}", f"%as{r}", "float", "%g4")
@@ -271,13 +237,14 @@ def microkernel(MR: int, G: int = 64, layout: str | None = None, W: int = 16) ->
     L.append("  ret void")
     from .tiles import ABI
 
-    return f"define void @{name(MR, G, layout)}({ABI}) {{\n" + "\n".join(L) + "\n}\n"
+    return f"define void @{name(MR, G, layout, bits)}({ABI}) {{\n" + "\n".join(L) + "\n}\n"
 
 
-def name(MR: int, G: int = 64, layout: str | None = None) -> str:
-    return f"{KIND}{G}{'_' + layout if layout else ''}_{COLUMNS}x{MR}"
+def name(MR: int, G: int = 64, layout: str | None = None, bits: int = 4) -> str:
+    return f"q{bits}ic{G}{'_' + layout if layout else ''}_{COLUMNS}x{MR}"
 
 
-def source(MRs: Any, G: int = 64, layout: str | None = None, W: int = 16) -> str:
-    """The IR of the tiles for these MRs (integer_tiles.DECLARATIONS declares what they call); W as ``microkernel``."""
-    return "".join(microkernel(MR, G, layout, W) for MR in MRs)
+def source(MRs: Any, G: int = 64, layout: str | None = None, W: int = 16, bits: int = 4) -> str:
+    """The IR of the tiles for these MRs (integer_tiles.DECLARATIONS declares what they call); W, bits as
+    ``microkernel``."""
+    return "".join(microkernel(MR, G, layout, W, bits) for MR in MRs)

@@ -38,6 +38,7 @@ from . import (
     HAVE_NUMBA,
     SWITCHES,
     bf16_dot_tiles,
+    column_records,
     column_tiles,
     float_tiles,
     half_scales,
@@ -76,6 +77,8 @@ TILES = {
     "q4iw32": ((1, 4), (2, 2), (2, 1), (1, 1)),  # q4iw on groups of 32: its own kernel (vnni_superblock.py)
     # 16 output columns in the lanes (column_tiles.py): a tile is a whole work item; its edge is never walked
     "q4ic": ((16, 4), (16, 2), (16, 1), (16, 1)),
+    "q5ic": ((16, 4), (16, 2), (16, 1), (16, 1)),  # GGUF's 5- and 6-bit codes so (packed_columns.py)
+    "q6ic": ((16, 4), (16, 2), (16, 1), (16, 1)),
     # GGUF's 5- and 6-bit codes packed, int8 activations (packed_codes.py); a trailing w: AVX-512 VNNI. Measured on
     # 24 distinct 3072×1024 matrices (Zen 4, 2026-12-06): 64 rows q6iw NR 1 / 2 / 3: 2.93 / 2.62 / 2.80 ms, q5iw
     # 2.21 / 2.11 / 2.07; 2 rows NR 1 best for all four; one row NR 1 (NR 2: 1.1-1.4x slower)
@@ -85,7 +88,7 @@ TILES = {
     "q6iw": ((2, 4), (1, 2), (2, 1), (1, 1)),
 }
 # the kinds with int8 activations (integer_tiles.py, column_tiles.py)
-INTEGER = ("q4i", "q8i", "q4iw", column_tiles.KIND, *packed_codes.KINDS)
+INTEGER = ("q4i", "q8i", "q4iw", *column_tiles.KINDS, *packed_codes.KINDS)
 if any(tuple(MR for _, MR in panels) != (4, 2, 1, 1) for panels in TILES.values()):  # ``panels`` assumes it
     raise AssertionError("every TILES entry lists its panels for 4, 2 and 1 input rows and a one-row call's, in order")
 
@@ -102,7 +105,7 @@ _SIG = ctypes.CFUNCTYPE(None, *[ADDRESSES] * 13)
 _compiled: dict[tuple[str, int, str | None], tuple[int, ...] | None] = {}
 # the kinds that can read a K-quant's super-block records instead of float32 scales and biases (superblock_scales.py);
 # the calls that do: tile_calls.RECORD_ROWS
-RECORD_KINDS = ("q4i", "q8", "q4", "q8w", "q4w", "q4iw", *packed_codes.KINDS)
+RECORD_KINDS = ("q4i", "q8", "q4", "q8w", "q4w", "q4iw", *column_tiles.KINDS, *packed_codes.KINDS)
 
 
 def tile_key(kind: str, G: int) -> str:
@@ -119,17 +122,17 @@ def kernels(kind: str, G: int = 0, layout: str | None = None) -> tuple[int, ...]
     if key not in _compiled:
         prefix = tile_key(kind, G)
         superblock = prefix == "q4iw32"  # 4-bit groups of 32 on VNNI: its own kernel
-        columns = prefix == column_tiles.KIND  # whole 16-row blocks: the tile is its own edge
+        columns = prefix in column_tiles.KINDS  # whole 16-row blocks: the tile is its own edge
         shapes = [s for NR, MR in TILES[prefix] for s in ((NR, MR), (NR if columns else 1, MR))]
         names = [f"{prefix}{'_' + layout if layout else ''}_{a}x{b}" for a, b in shapes]
         if columns:
-            names = [column_tiles.name(b, G, layout) for _, b in shapes]
+            names = [column_tiles.name(b, G, layout, column_tiles.KINDS[prefix]) for _, b in shapes]
         unique = dict(zip(names, shapes, strict=True))  # an NR of 1 makes a tile its own edge
         features: tuple[str, ...] = ("avx2", "fma")
         if columns:  # the VNNI body where the CPU has it, else the AVX2 one: the same bits (column_tiles.py)
             MRs = sorted({b for _, b in unique.values()})
             W = 16 if FEATURES.issuperset(VNNI_FEATURES) else 8
-            ir = integer_tiles.DECLARATIONS + column_tiles.source(MRs, G, layout, W)
+            ir = integer_tiles.DECLARATIONS + column_tiles.source(MRs, G, layout, W, column_tiles.KINDS[prefix])
             features = VNNI_FEATURES if W == 16 else features
         elif kind in packed_codes.KINDS:
             vnni = kind.endswith("w")
@@ -192,14 +195,20 @@ def widest(kind: str, k: int, G: int = 0, bf16_activations: bool = True, layout:
     return wide if kernels(wide, G, layout) is not None else kind
 
 
-def by_columns(kind: str, n: int, k: int, G: int, layout: str | None = None, records: bool = False) -> str:
-    """``q4ic`` for a 4-bit int8-activation matrix (``q4i`` / ``q4iw`` as ``widest`` chose it) whose shape
-    column_tiles.py covers, where the CPU compiles it (AVX-512 VNNI, else AVX2) and ``FS_COLUMN_TILES`` allows it;
-    else ``kind``. Not for a K-quant with super-block ``records`` (the tiles that read them read planar codes, and
-    ``FS_SUPERBLOCK_SCALES`` must not change a bit: the kind may not depend on it). Decided once per matrix."""
-    if kind not in ("q4i", "q4iw") or records or not SWITCHES.column_tiles or not column_tiles.applies(n, k, G):
+def by_columns(kind: str, n: int, k: int, G: int, layout: str | None = None, records: str | None = None) -> str:
+    """The column kind (column_tiles.py: ``q4ic``, ``q5ic``, ``q6ic``) for an int8-activation matrix of 4-, 5- or
+    6-bit codes (``q4i`` / ``q4iw``, ``q5i(w)``, ``q6i(w)`` as ``widest`` chose it) whose shape it covers, where the
+    CPU compiles it (AVX-512 VNNI, else AVX2) and ``FS_COLUMN_TILES`` allows it; else ``kind``. A K-quant with
+    super-block ``records`` (their layout) only where the column tiles read that layout (column_records.py):
+    ``FS_SUPERBLOCK_SCALES`` must not change a bit, so the kind may not depend on whether the records are read.
+    Decided once per matrix."""
+    bits = {"q4i": 4, "q4iw": 4, "q5i": 5, "q5iw": 5, "q6i": 6, "q6iw": 6}.get(kind)
+    if bits is None or not SWITCHES.column_tiles or not column_tiles.applies(n, k, G, bits):
         return kind
-    return column_tiles.KIND if kernels(column_tiles.KIND, G, layout) is not None else kind
+    if records is not None and records not in column_records.LAYOUTS:
+        return kind
+    columns = f"q{bits}ic"
+    return columns if kernels(columns, G, layout) is not None else kind
 
 
 def applies(kind: str, k: int, G: int = 0, layout: str | None = None) -> bool:
@@ -265,7 +274,7 @@ class Tiled:
             codes, G, k = w.codes, w.group_size, w.shape[1]
             ps, pb, sg = w.scales.ctypes.data, w.biases.ctypes.data, w.scales.strides[0]
             outer, inner = (k // (2 * G), G // W) if kind in ("q4", "q4w", "q4i", "q4iw") else (k // G, G // W)
-            if kind == column_tiles.KIND:  # codes, scales and biases laid out per 16 rows, a group a step
+            if kind in column_tiles.KINDS:  # codes, scales and biases laid out per 16 rows, a group a step
                 if not w.columns:
                     w = self.w = w.in_columns()
                 codes, ps, pb, sg = w.codes, w.scales.ctypes.data, w.biases.ctypes.data, w.scales.strides[0]
@@ -285,6 +294,11 @@ class Tiled:
         self.n, self.k, self.G, self.family = codes.shape[0], k, G, tile_key(kind, G)
         self.fns, self.NRs = fns, tuple(NR for NR, _ in TILES[self.family])
         self.weights = (codes.ctypes.data, codes.strides[0], ps, pb, sg)
+        if self.single is not None and kind in column_tiles.KINDS:
+            # a column tile makes a group's 16 scales once per 16 rows x M inputs: the records cost nothing
+            # measurable where a call is bound by arithmetic (3072 x 1024 Q4_K, Zen 5: 1.14-1.25x faster at 2-8
+            # rows, even at 64-128; docs/decisions.md), so every call reads them
+            (self.fns, self.weights), self.single = self.single, None
         self.counts = (outer, inner)
         self.keys = {m: ("tiles", kind, codes.shape, bucket(m)) for m in range(1, 9)}
         self.prep = (
