@@ -25,7 +25,7 @@ import numpy as np
 from fs_weights.gguf_blocks import RECORDS
 
 from .column_tiles import COLUMNS
-from .superblock_scales import MINUS_32
+from .superblock_scales import products
 
 LAYOUTS = ("k4", "k6")  # the record layouts (gguf_blocks.RECORDS) the column tiles read
 # per layout: (offset in a record, bytes) of each field, in the order the arranged block holds them
@@ -89,14 +89,6 @@ def scales_and_biases(s: str, b: str, base: str, g: str, W: int, h: int, layout:
         f"  {s}.r = add i64 {base}, {s}.ro",
         *load(f"{s}.d", str(4 * W * h), V),
         *ints(f"{s}.c", ints_at),
-        f"  {s} = fmul {V} {s}.d, {s}.c",
     ]
-    if layout == "k6":
-        return [*L, f"  {b} = fmul {V} {s}, splat (float {MINUS_32})"]
-    return [
-        *L,
-        *load(f"{b}.m", str(64 + 4 * W * h), V),
-        *ints(f"{b}.n", ints_at + COLUMNS * per),
-        f"  {b}.p = fmul {V} {b}.m, {b}.n",
-        f"  {b} = fneg {V} {b}.p",
-    ]
+    mn = [*load(f"{b}.m", str(64 + 4 * W * h), V), *ints(f"{b}.n", ints_at + COLUMNS * per)]
+    return L + products(s, b, V, layout, mn)

@@ -35,6 +35,17 @@ def _float(name: str, address: str) -> list[str]:
     return [f"  {name}.p = inttoptr i64 {address} to ptr", f"  {name} = load float, ptr {name}.p, align 1"]
 
 
+def products(s: str, b: str, ty: str, layout: str, mn: list[str]) -> list[str]:
+    """IR of the contract's products, of type ``ty`` (float or a vector of it), from the loaded ``{s}.d`` and
+    ``{s}.c`` (and, for k4, ``{b}.m`` and ``{b}.n``, which the lines ``mn`` load): every record reader's tail, so
+    every one makes the very same products."""
+    L = [f"  {s} = fmul {ty} {s}.d, {s}.c"]
+    if layout == "k6":
+        minus = MINUS_32 if ty == "float" else f"splat (float {MINUS_32})"
+        return [*L, f"  {b} = fmul {ty} {s}, {minus}"]
+    return [*L, *mn, f"  {b}.p = fmul {ty} {b}.m, {b}.n", f"  {b} = fneg {ty} {b}.p"]
+
+
 def scale_and_bias(s: str, b: str, row: str, group: str, layout: str) -> list[str]:
     """IR defining ``s`` and ``b``: the scale and bias of group ``group`` (an i64 value) of the weight row whose
     records start at address ``row`` (an i64 value), per the module's contract."""
@@ -49,19 +60,9 @@ def scale_and_bias(s: str, b: str, row: str, group: str, layout: str) -> list[st
         f"  {s}.ja = add i64 {s}.r, {s}.jo",
         *_float(f"{s}.d", f"{s}.r"),
         *_byte(f"{s}.c", f"{s}.ja"),
-        f"  {s} = fmul float {s}.d, {s}.c",
     ]
-    if layout == "k6":
-        return [*L, f"  {b} = fmul float {s}, {MINUS_32}"]
-    return [
-        *L,
-        f"  {b}.ma = add i64 {s}.r, 4",
-        *_float(f"{b}.m", f"{b}.ma"),
-        f"  {b}.na = add i64 {s}.ja, 8",
-        *_byte(f"{b}.n", f"{b}.na"),
-        f"  {b}.p = fmul float {b}.m, {b}.n",
-        f"  {b} = fneg float {b}.p",
-    ]
+    mn = [f"  {b}.ma = add i64 {s}.r, 4", *_float(f"{b}.m", f"{b}.ma"), f"  {b}.na = add i64 {s}.ja, 8"]
+    return L + products(s, b, "float", layout, [*mn, *_byte(f"{b}.n", f"{b}.na")])
 
 
 def scales_and_biases(s: str, b: str, record: str, slot: str, layout: str, lanes: int) -> list[str]:
@@ -88,8 +89,4 @@ def scales_and_biases(s: str, b: str, record: str, slot: str, layout: str, lanes
         ]
 
     L = [f"  {s}.slots = add i64 {record}, {slot}", *splat(f"{s}.d", 0), *ints(f"{s}.c", at)]
-    L.append(f"  {s} = fmul {v} {s}.d, {s}.c")
-    if layout == "k6":
-        return [*L, f"  {b} = fmul {v} {s}, splat (float {MINUS_32})"]
-    L += [*splat(f"{b}.m", 4), *ints(f"{b}.n", at + 8)]
-    return [*L, f"  {b}.p = fmul {v} {b}.m, {b}.n", f"  {b} = fneg {v} {b}.p"]
+    return L + products(s, b, v, layout, [*splat(f"{b}.m", 4), *ints(f"{b}.n", at + 8)])
