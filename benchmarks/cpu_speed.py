@@ -112,7 +112,8 @@ def main() -> None:
         "--rounds", type=int, default=2, help="run every engine this many times, interleaved; keep the best"
     )
     ap.add_argument("--llama-bin", help="directory with llama-bench and llama-batched-bench (benchmarks/llama_cpp.py)")
-    ap.add_argument("--batches", type=int, nargs="*", default=[1, 4, 8, 16], help="aggregate-decode batch sizes")
+    batches = "aggregate-decode batch sizes (none: skip)"
+    ap.add_argument("--batches", type=int, nargs="*", default=[1, 4, 8, 16], help=batches)
     ap.add_argument("--tokenizer", default=str(Path(__file__).resolve().parents[2] / "shared" / "qwen3-tokenizer"))
     ap.add_argument("--skip-mlx-lm", action="store_true")
     ap.add_argument("--out", help="write the results as JSON here (docs/data/cpu_speed.json feeds the plot)")
@@ -168,7 +169,7 @@ def main() -> None:
                 if r:
                     batch.setdefault(name, {})[b] = max(batch.get(name, {}).get(b, 0.0), r["decode_tps"])
         for name in ("llama.cpp BF16", "llama.cpp Q4_0"):
-            if name in ggufs:
+            if name in ggufs and args.batches:  # ``--batches`` with no sizes: batch 1 only (llama-bench)
                 rates = llama_cpp.batched(Path(args.llama_bin), ggufs[name], S, N, args.batches)
                 for b, v in rates.items():
                     batch.setdefault(name, {})[b] = max(batch.get(name, {}).get(b, 0.0), v)
