@@ -14,7 +14,7 @@ fs-model wherever it has wheels; ``fs-model[fast]`` elsewhere) and which instruc
 | ``FS_TILES=0`` | on where the CPU has AVX2 + FMA | kept weights take the row kernels instead of the register tiles |
 | ``FS_WIDE_TILES=0`` | on where the CPU has AVX-512 | float tiles stay 8-wide (AVX2) instead of 16-wide |
 | ``FS_SUPERBLOCK_SCALES=0`` | on | GGUF K-quant tiles read float32 scales / biases, not the super-block records |
-| ``FS_COLUMN_TILES=0`` | on where the tiles run | 4-, 5-, 6-bit codes keep the row tiles (``q4iw``, ``q6iw``, …), not ``q4ic`` … |
+| ``FS_COLUMN_TILES=0`` | on where the tiles run | 4-, 5-, 6-bit codes keep the row tiles, not ``q4ic``, ``q6ic``, … |
 | ``FS_BATCH_INVARIANT=0`` | on | kept-weight models may take M-dependent kernels (BLAS / GEMM prefill, int8 decode) |
 | ``FS_ISA=avx2`` | ``native`` | every kernel is compiled for the AVX2 set (no AVX-512/AMX), as on an AVX2-only host |
 

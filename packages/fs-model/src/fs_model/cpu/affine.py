@@ -10,6 +10,7 @@ contiguous vectors (measured 1.7× faster, docs/performance.md). ``quantize_affi
 float weights (``quantize="int8"|"int4"``). ``AffineLinear`` is the layer that multiplies them.
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -108,11 +109,7 @@ class AffineWeight:
         else:
             codes = packed_columns.arrange(self.codes, self.bits)
             scales, biases = (column_tiles.columns(a) for a in (self.scales, self.biases))
-        records = (
-            None
-            if self.records is None
-            else (self.records[0], column_records.arrange(self.records[1], self.records[0]))
-        )
+        records = self._turned(column_records.arrange)
         return replace(self, codes=codes, scales=scales, biases=biases, records=records, columns=True)
 
     def in_rows(self) -> "AffineWeight":
@@ -124,10 +121,12 @@ class AffineWeight:
         else:
             codes = packed_columns.planar(self.codes, self.bits)
             scales, biases = (column_tiles.rows(a) for a in (self.scales, self.biases))
-        records = (
-            None if self.records is None else (self.records[0], column_records.planar(self.records[1], self.records[0]))
-        )
+        records = self._turned(column_records.planar)
         return replace(self, codes=codes, scales=scales, biases=biases, records=records, columns=False)
+
+    def _turned(self, turn: Callable[[np.ndarray, str], np.ndarray]) -> tuple[str, np.ndarray] | None:
+        """The super-block records (if any) through ``turn`` (column_records.arrange or .planar)."""
+        return None if self.records is None else (self.records[0], turn(self.records[1], self.records[0]))
 
     def packed(self) -> np.ndarray:
         """The MLX uint32 packing (for fs_weights.dequantize; 5-/6-bit codes as MLX's 8-bit ones)."""

@@ -77,7 +77,7 @@ TILES = {
     "q4iw32": ((1, 4), (2, 2), (2, 1), (1, 1)),  # q4iw on groups of 32: its own kernel (vnni_superblock.py)
     # 16 output columns in the lanes (column_tiles.py): a tile is a whole work item; its edge is never walked
     "q4ic": ((16, 4), (16, 2), (16, 1), (16, 1)),
-    "q5ic": ((16, 4), (16, 2), (16, 1), (16, 1)),  # GGUF's 5- and 6-bit codes so (packed_columns.py)
+    "q5ic": ((16, 4), (16, 2), (16, 1), (16, 1)),  # the same for GGUF's packed 5- and 6-bit codes (packed_columns.py)
     "q6ic": ((16, 4), (16, 2), (16, 1), (16, 1)),
     # GGUF's 5- and 6-bit codes packed, int8 activations (packed_codes.py); a trailing w: AVX-512 VNNI. Measured on
     # 24 distinct 3072×1024 matrices (Zen 4, 2026-12-06): 64 rows q6iw NR 1 / 2 / 3: 2.93 / 2.62 / 2.80 ms, q5iw
