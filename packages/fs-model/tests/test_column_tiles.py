@@ -120,12 +120,15 @@ def test_a_q4_k_layer_reads_its_records_arranged_per_16_rows(columns, monkeypatc
     assert np.array_equal(block[128:256].reshape(8, 16), records[1][:16, 8:16].T)  # sc: a group's 16 rows adjacent
     layer = AffineLinear(w)
     assert layer.tiles is not None and layer.tiles.kind == "q4ic" and layer.w.columns and layer.tiles.single is None
+    # the records are all it keeps of the scales: 0.5 + 24/256 bytes a weight, not 0.84 with float32 copies
+    assert layer.w.lazy and layer.nbytes == w.codes.nbytes + records[1].nbytes < w.nbytes
     ids = np.array([[0, 47], [17, 31]])
     assert np.array_equal(layer.rows(ids), w.rows(ids)) and np.array_equal(layer.w.dequantize(), w.dequantize())
     x = np.random.default_rng(5).standard_normal((9, 512), dtype=np.float32)
     monkeypatch.setattr(cpu.SWITCHES, "superblock_scales", False)
     plain = AffineLinear(w)
     assert plain.tiles is not None and plain.tiles.kind == "q4ic" and plain.tiles.fns != layer.tiles.fns
+    assert not plain.w.lazy  # the float32 parts are what it reads
     for m in (1, 2, 9):
         assert np.array_equal(layer.matmul(x[:m]), plain.matmul(x[:m]))
     assert rel_err(layer.matmul(x), int8_activation_contract(w, x)) < 1e-5

@@ -107,7 +107,9 @@ def test_only_codes_the_file_says_are_5_or_6_bit_are_packed(tiled, monkeypatch):
     layer = AffineLinear(w6)
     assert layer.tiles is not None and layer.tiles.kind in ("q6i", "q6iw", "q6ic") and layer.tiles.layout == "k6"
     assert (w6.codes.nbytes + w6.records[1].nbytes) / (64 * 1024) == 0.75 + 20 / 256
-    assert layer.nbytes == w6.nbytes and layer.w.columns == (layer.tiles.kind == "q6ic")  # the same bytes, turned
+    columns = layer.tiles.kind == "q6ic"  # the same codes and records, turned; no float32 scales beside them
+    assert layer.w.columns == layer.w.lazy == columns
+    assert layer.nbytes == (w6.codes.nbytes + w6.records[1].nbytes if columns else w6.nbytes)
     assert np.array_equal(layer.w.dequantize(), w8.dequantize()) and np.array_equal(layer.rows(ids), w8.rows(ids))
     q4 = replace_records(*kquant("Q4_K", 64, 1024))
     assert packed_codes.keep_packed(w8, None) is w8 and packed_codes.keep_packed(q4, 5) is q4

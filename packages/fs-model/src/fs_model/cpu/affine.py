@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from fs_weights import bf16_to_f32, dequantize, f32_to_bf16, quantize
+from fs_weights.gguf_blocks import expand_records
 
 from ..numpy.linear import Linear
 from . import HAVE_NUMBA, SWITCHES, bf16_gemm, column_records, column_tiles, packed_codes, packed_columns, tiles, vnni
@@ -63,6 +64,9 @@ class AffineWeight:
     # 4-bit codes, scales, biases (and records) laid out per 16 rows for the q4ic tiles (column_tiles.py,
     # column_records.py), not planar per row
     columns: bool = False
+    # scales and biases held only by the records (``records_only``): ``scales`` / ``biases`` are zero-stride
+    # placeholders of their shape, and whoever needs the floats (rows, dequantize) expands the records
+    lazy: bool = False
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -70,15 +74,18 @@ class AffineWeight:
 
     @property
     def nbytes(self) -> int:
-        return (
-            self.codes.nbytes
-            + self.scales.nbytes
-            + self.biases.nbytes
-            + (self.records[1].nbytes if self.records else 0)
-        )
+        parts = 0 if self.lazy else self.scales.nbytes + self.biases.nbytes
+        return self.codes.nbytes + parts + (self.records[1].nbytes if self.records else 0)
 
     def float_scales(self) -> tuple[np.ndarray, np.ndarray]:
-        """(scales, biases) as float32 (16-bit ones widened: exact)."""
+        """(scales, biases) as float32 (16-bit ones widened: exact; a ``lazy`` weight's expanded from its records,
+        in this weight's layout)."""
+        if self.lazy and self.records is not None:
+            layout, rec = self.records
+            scales, biases = expand_records(layout, column_records.planar(rec, layout) if self.columns else rec)
+            if self.columns:
+                return column_tiles.columns(scales), column_tiles.columns(biases)
+            return scales, biases
         if self.scales.dtype == np.uint16:
             return bf16_to_f32(self.scales), bf16_to_f32(self.biases)
         return self.scales.astype(np.float32, copy=False), self.biases.astype(np.float32, copy=False)
@@ -99,6 +106,14 @@ class AffineWeight:
         scales, biases = self.float_scales()
         return replace(self, scales=scales, biases=biases)
 
+    def records_only(self) -> "AffineWeight":
+        """This K-quant weight without its float32 scales and biases (the records hold the same numbers: the column
+        tiles read those in every call, ``tiles.Tiled``); a Q4_K weight keeps 0.59 bytes a weight instead of 0.84."""
+        if self.records is None or self.lazy:
+            return self
+        blank = np.broadcast_to(np.float32(0), self.scales.shape)
+        return replace(self, scales=blank, biases=blank, lazy=True)
+
     def in_columns(self) -> "AffineWeight":
         """This 4-, 5- or 6-bit weight laid out per 16 rows (column_tiles.arrange, packed_columns.arrange; records:
         column_records.arrange): the same bytes, what the column tiles read."""
@@ -109,6 +124,8 @@ class AffineWeight:
         else:
             codes = packed_columns.arrange(self.codes, self.bits)
             scales, biases = (column_tiles.columns(a) for a in (self.scales, self.biases))
+        if self.lazy:  # (the placeholders' shape is the same in both layouts)
+            scales, biases = self.scales, self.biases
         records = self._turned(column_records.arrange)
         return replace(self, codes=codes, scales=scales, biases=biases, records=records, columns=True)
 
@@ -121,6 +138,8 @@ class AffineWeight:
         else:
             codes = packed_columns.planar(self.codes, self.bits)
             scales, biases = (column_tiles.rows(a) for a in (self.scales, self.biases))
+        if self.lazy:
+            scales, biases = self.scales, self.biases
         records = self._turned(column_records.planar)
         return replace(self, codes=codes, scales=scales, biases=biases, records=records, columns=False)
 
@@ -154,10 +173,12 @@ class AffineWeight:
         if self.columns:  # the 16-row blocks holding them, back in rows; then each id's own row within its block
             C = column_tiles.COLUMNS
             at = ((flat // C)[:, None] * C + np.arange(C)).reshape(-1)
-            w = replace(self, codes=self.codes[at], scales=self.scales[at], biases=self.biases[at], records=None)
+            records = None if self.records is None else (self.records[0], self.records[1][at])
+            w = replace(self, codes=self.codes[at], scales=self.scales[at], biases=self.biases[at], records=records)
             w = w.in_rows()
             flat = np.arange(flat.size) * C + flat % C
-        part = AffineWeight(w.codes[flat], w.scales[flat], w.biases[flat], self.bits, self.group_size)
+        scales, biases = w.float_scales() if w.lazy else (w.scales, w.biases)
+        part = AffineWeight(w.codes[flat], scales[flat], biases[flat], self.bits, self.group_size)
         return part.dequantize().reshape(*ids.shape, self.shape[1])
 
 
@@ -326,6 +347,8 @@ class AffineLinear(Linear):
         if self.tiled and self.invariant:  # only the tiles read the column layout: every call must take them
             kind = tiles.by_columns(kind, w.shape[0], k, G, tiles.scale_layout(w), w.records[0] if w.records else None)
             w = w.in_columns() if kind in column_tiles.KINDS else w  # kept instead of the planar codes, not beside
+            if kind in column_tiles.KINDS and SWITCHES.superblock_scales:
+                w = w.records_only()  # every call reads the records (tiles.Tiled): the float32 copies go
         self.w = w
         self.shape = w.shape
         self.tiles = tiles.Tiled(kind, w) if self.tiled else None
