@@ -135,3 +135,33 @@ def test_queries_walking_the_keys_together_equal_each_query_alone():
         with pinned(1):
             alone = attention.attend(q[:, :, i], K, V, T - S + i + 1, scale, None)
         assert np.array_equal(chunk[:, :, i], alone), f"query {i}"
+
+
+@pytest.mark.parametrize("bits", [2, 4, 8])
+@pytest.mark.parametrize("gs", [32, 64, 128])
+@pytest.mark.parametrize("S", [1, 5, 40])
+def test_codes_read_in_the_ir_equal_the_dequantized_floats(bits, gs, S):
+    """A quantized cache's codes go from memory to the FMAs (attention_codes.py): every value must be the float32
+    ``scale · code + bias`` a dequantized copy holds - a nibble taken in the wrong order, a group's scale from the
+    wrong slot or a fused multiply-add moves the bits - for a decode step, a verify pass and a long chunk."""
+    from fs_model.numpy.kv_quant import quantize_kv
+
+    D = 128
+    ir(D)
+    assert attention_calls.kernels(D, bits, gs)[attention_calls.CODED] != 0, "the kernels over codes did not compile"
+    rng = np.random.default_rng(bits * gs + S)
+    nh, nkv, T = 16, 8, 150
+    q = rng.standard_normal((2, nh, S, D), dtype=np.float32)
+    K, V = (quantize_kv(rng.standard_normal((2, nkv, T + 9, D), dtype=np.float32), bits, gs, False) for _ in "kv")
+
+    def floats(c: tuple[np.ndarray, ...]) -> np.ndarray:  # the codes, unpacked in numpy: code d is bits d·bits ..
+        codes, scales, biases = c
+        per = 32 // bits
+        shifts = (np.arange(per, dtype=np.uint32) * bits)[None]
+        unpacked = (codes[..., None] >> shifts) & np.uint32((1 << bits) - 1)
+        values = unpacked.reshape(*codes.shape[:-1], D).astype(np.float32)
+        return np.repeat(scales, gs, -1) * values + np.repeat(biases, gs, -1)  # two float32 roundings
+
+    pad = np.array([0, 7])
+    got = attention.attend(q, K, V, T, np.float32(D**-0.5), pad)
+    assert np.array_equal(got, attention.attend(q, floats(K), floats(V), T, np.float32(D**-0.5), pad))

@@ -2,8 +2,9 @@
 kernel call at a time from Python (``InvariantBlock``): every logit of prefills, decode steps, a chunked prompt, a
 left-padded batch and a cache-less call, on every kept format and both K/V dtypes. A mistake anywhere in the
 compiled halves (a column offset of q | k | v, K/V written to the wrong slot, the residual added twice, RoPE tables
-of another row) changes logits by far more than a bit. Steps it does not cover (a quantized or paged cache, a
-rotating cache's chunk) take the Python path, and give its bits."""
+of another row) changes logits by far more than a bit. Steps it does not cover (a cache gathered from blocks, a
+rotating cache's chunk) take the Python path, and give its bits; a quantized cache or pool (``--kv-bits``) runs
+compiled, its codes written between the halves."""
 
 import numpy as np
 import pytest
@@ -67,22 +68,32 @@ def test_the_compiled_block_gives_the_python_blocks_bits(checkpoint, monkeypatch
         assert a.shape == b.shape and np.array_equal(a, b), (fmt, kv_dtype, i, float(np.abs(a - b).max()))
 
 
-@pytest.mark.parametrize("cache_kw", [{"kind": "quantized"}, {"kind": "paged"}, {"kind": "rotating", "max_size": 12}])
-def test_caches_it_covers_in_part_or_not_at_all_give_the_python_paths_bits(checkpoint, cache_kw):
-    """quantized and paged caches: never compiled; rotating: its decode steps (its chunks see a sliding window)."""
+QUANTIZED = [{"kind": "quantized", "bits": b, "group_size": 32} for b in (8, 4)]
+
+
+@pytest.mark.parametrize("cache_kw", [*QUANTIZED, {"kind": "paged"}, {"kind": "rotating", "max_size": 12}])
+def test_caches_it_covers_in_part_or_not_at_all_give_the_python_paths_bits(checkpoint, monkeypatch, cache_kw):
+    """quantized caches: every step compiled (their codes read in the attention tiles); paged (gathered) caches:
+    never compiled; rotating: its decode steps (its chunks see a sliding window)."""
     model = load_model(checkpoint, quantize="int4")
     for block in model.blocks:
         block.compiled_plan = block.plan
+    calls = []
+    inner = compiled_block._attention_in
+    monkeypatch.setattr(compiled_block, "_attention_in", lambda *a: calls.append(1) or inner(*a))
     fast = run(model, compiled=True, **cache_kw)
+    if cache_kw["kind"] == "quantized":
+        assert len(calls) == 9 * len(model.blocks)
     slow = run(model, compiled=False, **cache_kw)
     for a, b in zip(fast, slow, strict=True):
         assert np.array_equal(a, b)
 
 
-@pytest.mark.parametrize("fmt", ["bfloat16", "int4"])
-def test_the_engines_packed_steps_run_compiled_with_the_same_bits(checkpoint, monkeypatch, fmt):
-    """forward_paged: sequences mid-prefill beside one decoding, K/V in a block pool of 8-slot blocks; the compiled
-    halves write each token's K/V to its slot and read every sequence's blocks as the Python path does."""
+@pytest.mark.parametrize(("fmt", "kv"), [("bfloat16", ()), ("int4", ()), ("bfloat16", (8, 32)), ("int4", (4, 32))])
+def test_the_engines_packed_steps_run_compiled_with_the_same_bits(checkpoint, monkeypatch, fmt, kv):
+    """forward_paged: sequences mid-prefill beside one decoding, K/V in a block pool of 8-slot blocks (``kv``: a
+    pool of codes, the engine's kv_bits); the compiled halves write each token's K/V to its slot and read every
+    sequence's blocks as the Python path does."""
     from test_paged_step import run_paged
 
     model = load_model(checkpoint, **({"dtype": "bfloat16"} if fmt == "bfloat16" else {"quantize": fmt}))
@@ -92,15 +103,17 @@ def test_the_engines_packed_steps_run_compiled_with_the_same_bits(checkpoint, mo
     calls = []
     inner = compiled_block._attention_out
     monkeypatch.setattr(compiled_block, "_attention_out", lambda *a: calls.append(1) or inner(*a))
-    fast, _, _, fast_store = run_paged(model, seqs, [11, 5, 29], block_size=8)
+    fast, _, _, fast_store = run_paged(model, seqs, [11, 5, 29], block_size=8, kv=kv)
     assert len(calls) == 2 * len(model.blocks)
     for b in model.blocks:
         b.plan = None
-    slow, _, _, slow_store = run_paged(model, seqs, [11, 5, 29], block_size=8)
+    slow, _, _, slow_store = run_paged(model, seqs, [11, 5, 29], block_size=8, kv=kv)
     assert np.array_equal(fast, slow)
-    assert all(
-        np.array_equal(a, b) for a, b in zip(fast_store.k + fast_store.v, slow_store.k + slow_store.v, strict=True)
-    )
+
+    def parts(store):  # every array the pool keeps: K and V of each layer, or their codes, scales and biases
+        return [p for side in store.k + store.v for p in (side if isinstance(side, tuple) else (side,))]
+
+    assert all(np.array_equal(a, b) for a, b in zip(parts(fast_store), parts(slow_store), strict=True))
 
 
 @pytest.mark.parametrize("fmt", ["bfloat16", "int4"])

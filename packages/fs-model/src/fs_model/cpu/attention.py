@@ -11,9 +11,9 @@ K and V are float32, bf16 bits (uint16) or a quantized cache's (codes, scales, b
 invariance: a query's arithmetic is one loop over its visible keys in increasing order, whatever the batch, the
 blocks, the padding or how its sequence was chunked, so a token attended in a prefill, in an engine step or alone
 in a decode step gets the same bits (tested against the reference in test_fused.py, test_paged_step.py and by the
-equality contracts). Its speed (``benchmarks/attention.py``, docs/performance.md): ~16-17 GFLOP/s a thread at 0.6B
-shapes on a Zen 4 core, spread over the scores, the weighted sum, the bf16 widening and exp alike; a faster kernel
-needs the accumulators in registers, which the matrix tiles get from hand-written LLVM IR.
+equality contracts). The arithmetic is attention_tiles.py's register tiles, which read bf16 bits and a quantized
+cache's codes as they load them (attention_codes.py: the floats a dequantized copy holds); where the IR does not
+apply, numba loops read a tile widened into a float32 buffer (``_tile``). Speed: ``benchmarks/attention.py``.
 """
 
 import sys
@@ -30,7 +30,7 @@ if HAVE_NUMBA:
     from numba import njit, prange, types
     from numba.extending import overload
 
-    from .attention_calls import _bf16, _scores_tile, _weighted_tile, _weights
+    from .attention_calls import CODED, CODED_QUERIES, _bf16, _coded, _scores_tile, _weighted_tile, _weights
     from .llvm_ir import call_address
 
     # No fastmath in this module: attention is also compiled as a callee of compiled_block.py's halves, and a
@@ -107,9 +107,9 @@ if HAVE_NUMBA:
 
     @overload(_rows)
     def _rows_overload(K, r, g, at, n):  # pragma: no cover - compiled
-        """Positions at .. at+n-1 of head g of K[r] as stored (a quantized triple: its codes, never read so)."""
+        """Positions at .. at+n-1 of head g of K[r] as stored (a quantized triple: its codes, scales and biases)."""
         if isinstance(K, types.BaseTuple):
-            return lambda K, r, g, at, n: K[0][r, g, at : at + n]
+            return lambda K, r, g, at, n: (K[0][r, g, at : at + n], K[1][r, g, at : at + n], K[2][r, g, at : at + n])
         return lambda K, r, g, at, n: K[r, g, at : at + n]
 
     def _heads(K):  # pragma: no cover - replaced by the overload below
@@ -172,11 +172,14 @@ if HAVE_NUMBA:
             q1 = min(S, q0 + QUERIES)
             Tq = T - S + q1  # the group's last query sees keys 0 .. Tq-1
             start = 0 if pad >= T - S + q0 + 1 else pad  # the first visible key of any of them
+            # codes are dequantized in the IR once per query that reads them, into buf once for all: the IR pays
+            # up to CODED_QUERIES queries (the same bits either way: attention_codes.py's contract)
+            direct = raw and (not _coded(K) or q1 - q0 <= CODED_QUERIES)
             t0 = start
             while t0 < Tq:  # tiles end at block ends: a tile is contiguous
                 t1 = min(Tq, t0 + TILE, (t0 // bs + 1) * bs)
                 at = trow[t0 // bs] * bs + t0 % bs
-                if raw:  # the IR widens bf16 bits as it reads them
+                if direct:  # the IR widens bf16 bits or dequantizes codes as it reads them
                     kt = _rows(K, r, g, at, t1 - t0)
                     _scores_tile(fns, q, first, g, G, kt, t0, t1, q0, q1, S, T, pad, s, scale, sbits)
                 else:
@@ -201,7 +204,7 @@ if HAVE_NUMBA:
             while t0 < Tq:
                 t1 = min(Tq, t0 + TILE, (t0 // bs + 1) * bs)
                 at = trow[t0 // bs] * bs + t0 % bs
-                if raw:
+                if direct:
                     _weighted_tile(fns, _rows(V, r, g, at, t1 - t0), G, t0, t1, q0, q1, S, T, pad, p, o)
                 else:
                     _weighted_tile(fns, _tile(V, r, g, at, t1 - t0, buf), G, t0, t1, q0, q1, S, T, pad, p, o)
@@ -238,7 +241,8 @@ if HAVE_NUMBA:
         or alone in a decode step gets the same bits (batch invariance)."""
         nkv = _heads(K)
         G = q.shape[1] // nkv
-        raw = fns[0] != 0 and _bf16(_rows(K, 0, 0, 0, 0))  # bf16 rows straight to the IR, not via buf
+        # bf16 rows and codes straight to the IR, not via buf
+        raw = (fns[0] != 0 and _bf16(_rows(K, 0, 0, 0, 0))) or (fns[CODED] != 0 and _coded(K))
         bits = np.empty(2, np.float32)
         bits[0] = scale
         sbits = np.int64(bits.view(np.int32)[0])
@@ -259,6 +263,13 @@ def _contiguous(K: Any) -> Any:
     if sys.byteorder != "little":  # pragma: no cover - every CPU fs runs on today is little-endian
         raise ModelError("the quantized-cache kernels read codes as little-endian bytes; set FS_REFERENCE_PATH=1")
     return codes.view(np.uint8), scales, biases
+
+
+def _code_format(K: Any, D: int) -> tuple[int, int]:
+    """(bits, group size) of a quantized cache as ``_contiguous`` gives it (codes as bytes), (0, 0) of any other."""
+    if not isinstance(K, tuple):
+        return 0, 0
+    return 8 * K[0].shape[-1] // D, D // K[1].shape[-1]
 
 
 def attend_rows(
@@ -282,7 +293,8 @@ def attend_rows(
     out = np.empty_like(q)
     key = ("attend", q.shape, n, bucket(int(context.max())))  # the work grows with T: a contest per doubling
     args = (q, _contiguous(K), _contiguous(V), np.asarray(rows, i64), np.asarray(tables, i64))
-    tail = (np.asarray(starts, i64), np.asarray(context, i64), pads, np.float32(scale), kernels(q.shape[2]), out)
+    fns = kernels(q.shape[2], *_code_format(args[1], q.shape[2]))
+    tail = (np.asarray(starts, i64), np.asarray(context, i64), pads, np.float32(scale), fns, out)
     fan_out(key, _attend, *args, i64(block_size), *tail)
     return out
 

@@ -1,9 +1,10 @@
 """Which attention kernels a head size runs, and the compiled calls into them (attention.py walks the cache and
 calls these; attention_tiles.py writes the kernels' IR).
 
-    kernels(D) -> int64 array of code addresses (all 0: the numba loops below run instead)
+    kernels(D, bits, gs) -> int64 array of code addresses (all 0: the numba loops below run instead)
     _scores_tile / _weighted_tile: every query of a group against one tile of keys it sees
     _scores / _weights / _weighted: one query's G heads, through the IR or the loops
+    _scores_coded / _weighted_coded: the same over a quantized tile (codes, scales, biases), through the IR
 
 The decision (``lanes``) is made here once per head size: 16 lanes on AVX-512, 8 on AVX2, none elsewhere or for a
 head size the vectors do not divide (the loops, whose arithmetic differs but is just as batch invariant: a model
@@ -14,18 +15,24 @@ import ctypes
 
 import numpy as np
 
-from . import FEATURES, HAVE_NUMBA, SWITCHES
-from .attention_tiles import DECLARATIONS, scores, weighted
+from . import FEATURES, HAVE_NUMBA, SWITCHES, attention_codes
+from .attention_tiles import DECLARATIONS, _suffix, scores, weighted
 from .llvm_ir import compile_ir
 from .softmax_tiles import exp_shifted, row_reduce
 from .tiles import WIDE_FEATURES  # the matrix tiles' 16-lane set: attention goes wide where they do
 
-TILE = 64  # keys a tile: widened once (bf16 without the IR, quantized) into a buffer that stays in L1
+TILE = 64  # keys a tile: widened once (without the IR: bf16, codes) into a buffer that stays in L1
 QUERIES = 16  # queries of one sequence that walk the keys together, each tile read once for all of them
 PAD = 16  # the IR kernels store whole vectors: up to 15 floats past a row's last key
 
-_compiled: dict[tuple[int, int], np.ndarray] = {}
-NONE: tuple[int, ...] = (0,) * 12
+_compiled: dict[tuple[int, ...], np.ndarray] = {}
+NONE: tuple[int, ...] = (0,) * 16
+CODED = 12  # where a table's kernels over codes start (scores_2, scores_1, weighted_2, weighted_1)
+# The most queries walking the keys together for which attention reads codes in the IR rather than from a tile
+# dequantized once into a buffer (each query's kernels dequantize again): 0.6B heads, 1,024-4,096 keys, one thread,
+# 2026-12-07 Zen 5 (benchmarks/attention.py --cache 8 / 4): 1 query 1.4-1.7x faster from the codes, 2 about even
+# (0.9-1.1x), 3 0.75-1.0x, 6 0.55-0.7x
+CODED_QUERIES = 2
 
 
 def lanes(D: int) -> int:
@@ -39,31 +46,39 @@ def lanes(D: int) -> int:
     return 8 if D % 8 == 0 else 0
 
 
-def kernels(D: int) -> np.ndarray:
+def kernels(D: int, bits: int = 0, gs: int = 0) -> np.ndarray:
     """(scores_2, scores_1, weighted_2, weighted_1, exp_shifted, the lanes of D one weighted call covers, then the
-    four scores / weighted kernels again, reading bf16 bits, then a row's max and sum: ``row_reduce``) as raw code
-    addresses for heads of D values, compiled once; all 0 where ``lanes`` says the IR does not apply. An int64
-    array, read-only (one array type for every call: numba compiles one variant of each caller; and it types an
+    four scores / weighted kernels again, reading bf16 bits, then a row's max and sum: ``row_reduce``, then - for a
+    cache of ``bits``-bit codes in groups of ``gs`` - the four again reading the codes, else 0s) as raw code
+    addresses for heads of D values, compiled once; all 0 where ``lanes`` says the IR does not apply (the codes'
+    four also where a group is not whole chunks: attention.py then widens the codes into a buffer). An int64 array
+    of 16, read-only (one array type for every call: numba compiles one variant of each caller; and it types an
     array at a call faster than a tuple)."""
     W = lanes(D)
-    key = (D, W)
+    key = (D, W, bits, gs)
     if key not in _compiled:
         got: tuple[int, ...] = NONE
         if W:
             NK = 8 if W == 16 else 4  # keys a scores step: NK·R accumulators and NK key chunks fit the registers
             chunks = D // W
             C = max(c for c in range(1, min(chunks, 8 if W == 16 else 4) + 1) if chunks % c == 0)
-            names = ["scores_2", "scores_1", "weighted_2", "weighted_1", "exp_shifted"]
+            coded = bits and attention_codes.applies(W, gs)
+            kinds = ["f32", "bf16"] + ([attention_codes.kind(bits, gs)] if coded else [])
             ir = DECLARATIONS + exp_shifted(W) + row_reduce(W, "max") + row_reduce(W, "sum")
-            for kv in ("f32", "bf16"):
+            names = ["exp_shifted", "row_max", "row_sum"]
+            for kv in kinds:
                 ir += scores(2, D, W, NK, kv) + scores(1, D, W, NK, kv) + weighted(2, C, W, kv) + weighted(1, C, W, kv)
-            bf16 = [f"{n}_bf16" for n in names[:4]]
+                names += [f"{n}{_suffix(kv)}" for n in ("scores_2", "scores_1", "weighted_2", "weighted_1")]
             sig = ctypes.CFUNCTYPE(None, *[ctypes.c_int64] * 8)  # only their addresses are used (numba calls them)
-            rows = ["row_max", "row_sum"]
-            fns = compile_ir(ir, WIDE_FEATURES if W == 16 else ("avx2", "fma"), dict.fromkeys(names + bf16 + rows, sig))
+            fns = compile_ir(ir, WIDE_FEATURES if W == 16 else ("avx2", "fma"), dict.fromkeys(names, sig))
             if fns is not None:
                 at = {n: ctypes.cast(f, ctypes.c_void_p).value or 0 for n, f in fns.items()}
-                got = (*(at[n] for n in names), C * W, *(at[n] for n in bf16), *(at[n] for n in rows))
+
+                def four(kv: str) -> tuple[int, ...]:
+                    return tuple(at[f"{n}{_suffix(kv)}"] for n in ("scores_2", "scores_1", "weighted_2", "weighted_1"))
+
+                codes = four(kinds[2]) if coded else (0, 0, 0, 0)
+                got = (*four("f32"), at["exp_shifted"], C * W, *four("bf16"), at["row_max"], at["row_sum"], *codes)
         table = np.array(got, np.int64)
         table.flags.writeable = False
         _compiled[key] = table
@@ -84,6 +99,65 @@ if HAVE_NUMBA:
         """True (a constant of the type) for rows of bf16 bits: the IR kernels' ``_bf16`` variants read them."""
         bits = isinstance(rows, types.Array) and rows.dtype == types.uint16
         return lambda rows: bits
+
+    def _coded(K):  # pragma: no cover - replaced by the overload below
+        return False
+
+    @overload(_coded)
+    def _coded_overload(K):  # pragma: no cover - compiled
+        """True (a constant of the type) for a quantized cache's (codes, scales, biases)."""
+        coded = isinstance(K, types.BaseTuple)
+        return lambda K: coded
+
+    def _span(kt, a, b):  # pragma: no cover - replaced by the overload below
+        return kt
+
+    @overload(_span, inline="always")
+    def _span_overload(kt, a, b):  # pragma: no cover - compiled
+        """Rows a .. b-1 of a tile: of an array, or of each of a quantized tile's codes, scales and biases."""
+        if isinstance(kt, types.BaseTuple):
+            return lambda kt, a, b: (kt[0][a:b], kt[1][a:b], kt[2][a:b])
+        return lambda kt, a, b: kt[a:b]
+
+    @njit(cache=True)
+    def _scales_from(kt, d0, D):  # pragma: no cover - compiled
+        """The tail of a kernel's arguments over codes from dim d0 on: scales and biases, address and row stride."""
+        sc, bi = kt[1], kt[2]
+        at = d0 // (D // sc.shape[1]) * 4  # d0 starts a group, or lies inside the one group a call reads
+        i64 = np.int64
+        return i64(sc.ctypes.data) + at, i64(sc.strides[0]), i64(bi.ctypes.data) + at, i64(bi.strides[0])
+
+    @njit(fastmath=True, cache=True)
+    def _scores_coded(fns, qg, kt, n, s, t0, scale, bits):  # pragma: no cover - compiled
+        """``_scores`` over a quantized tile (codes, scales, biases): attention_codes' kernels, two heads a call."""
+        G, D = qg.shape
+        codes = kt[0]
+        i64 = np.int64
+        j = 0
+        while j < G:
+            R = 2 if j + 2 <= G else 1
+            qa, sa = i64(qg.ctypes.data) + j * D * 4, i64(s.ctypes.data) + (j * s.shape[1] + t0) * 4
+            kw = (i64(codes.ctypes.data), i64(codes.strides[0]), i64(n))
+            args = (qa, i64(D * 4), *kw, sa, i64(s.strides[0]), bits, *_scales_from(kt, 0, D))
+            call_address(fns[CODED + 2 - R], args)  # type: ignore[call-arg]
+            j += R
+
+    @njit(fastmath=True, cache=True)
+    def _weighted_coded(fns, p, t0, vt, n, o):  # pragma: no cover - compiled
+        """``_weighted`` over a quantized tile: ``fns[5]`` lanes a call, each call's codes and scales from its d0."""
+        G, D = o.shape
+        codes = vt[0]
+        i64 = np.int64
+        for d0 in range(0, D, fns[5]):
+            va = i64(codes.ctypes.data) + d0 * codes.shape[1] // D
+            tail = _scales_from(vt, d0, D)
+            j = 0
+            while j < G:
+                R = 2 if j + 2 <= G else 1
+                pa, oa = i64(p.ctypes.data) + (j * p.shape[1] + t0) * 4, i64(o.ctypes.data) + (j * D + d0) * 4
+                args = (pa, i64(p.strides[0]), va, i64(codes.strides[0]), i64(n), oa, i64(D * 4), *tail)
+                call_address(fns[CODED + 4 - R], args)  # type: ignore[call-arg]
+                j += R
 
     @njit(fastmath=True, cache=True)
     def _scores(fns, qg, kt, n, s, t0, scale, bits):  # pragma: no cover - compiled
@@ -143,6 +217,26 @@ if HAVE_NUMBA:
                 )  # type: ignore[call-arg]
                 j += R
 
+    def _scores_of(fns, qg, kt, n, s, t0, scale, bits):  # pragma: no cover - replaced by the overload below
+        pass
+
+    @overload(_scores_of, inline="always")
+    def _scores_of_overload(fns, qg, kt, n, s, t0, scale, bits):  # pragma: no cover - compiled
+        """``_scores`` or, for a quantized tile, ``_scores_coded`` (chosen by the tile's type, when compiling)."""
+        if isinstance(kt, types.BaseTuple):
+            return lambda fns, qg, kt, n, s, t0, scale, bits: _scores_coded(fns, qg, kt, n, s, t0, scale, bits)
+        return lambda fns, qg, kt, n, s, t0, scale, bits: _scores(fns, qg, kt, n, s, t0, scale, bits)
+
+    def _weighted_of(fns, p, t0, vt, n, o):  # pragma: no cover - replaced by the overload below
+        pass
+
+    @overload(_weighted_of, inline="always")
+    def _weighted_of_overload(fns, p, t0, vt, n, o):  # pragma: no cover - compiled
+        """``_weighted`` or, for a quantized tile, ``_weighted_coded``."""
+        if isinstance(vt, types.BaseTuple):
+            return lambda fns, p, t0, vt, n, o: _weighted_coded(fns, p, t0, vt, n, o)
+        return lambda fns, p, t0, vt, n, o: _weighted(fns, p, t0, vt, n, o)
+
     @njit(fastmath=True, cache=True)
     def _visible(t0, t1, qi, S, T, pad):  # pragma: no cover - compiled
         """The keys of tile t0 .. t1-1 query qi (of S, the last at position T-1) sees: (a, b), empty when a >= b."""
@@ -158,7 +252,8 @@ if HAVE_NUMBA:
             a, b = _visible(t0, t1, qi, S, T, pad)
             if a < b:
                 rows = s[(qi - q0) * G : (qi - q0 + 1) * G]
-                _scores(fns, q[first + qi, g * G : (g + 1) * G], kt[a - t0 : b - t0], b - a, rows, a, scale, bits)
+                qg, ka = q[first + qi, g * G : (g + 1) * G], _span(kt, a - t0, b - t0)
+                _scores_of(fns, qg, ka, b - a, rows, a, scale, bits)
 
     @njit(fastmath=True, cache=True)
     def _weighted_tile(fns, vt, G, t0, t1, q0, q1, S, T, pad, p, o):  # pragma: no cover - compiled
@@ -167,4 +262,4 @@ if HAVE_NUMBA:
             a, b = _visible(t0, t1, qi, S, T, pad)
             if a < b:
                 at = (qi - q0) * G
-                _weighted(fns, p[at : at + G], a, vt[a - t0 : b - t0], b - a, o[at : at + G])
+                _weighted_of(fns, p[at : at + G], a, _span(vt, a - t0, b - t0), b - a, o[at : at + G])

@@ -13,7 +13,9 @@ sum keeps a query's D accumulators in registers across the keys.
     weighted_R(p, ps, v, vs, n, o, os)        # o[r, :C·W] += Σ_t p[r, t] · v[t, :C·W]         (C chunks of W lanes)
     exp_shifted(s, n, m, p)                   # p[t] = exp(s[t] - m), t < n  (softmax_tiles.py, with a row's max / sum)
 
-every argument an i64: addresses (float32 rows), byte strides, counts, and the scale / max as float32 bits.
+every argument an i64: addresses (float32 rows), byte strides, counts, and the scale / max as float32 bits. The
+``_bf16`` variants read keys and values as bf16 bits, the ``_q{bits}g{gs}`` ones as a quantized cache's codes
+(attention_codes.py) and take its scales' and biases' addresses and row strides after the other arguments.
 
 Contract (what makes the kernel batch invariant, as the matrix tiles are): a key's score is the same chain
 whichever group of keys, block or call it comes in - the D products added chunk by chunk (C = D / W vectors of W
@@ -27,6 +29,7 @@ below -87.3 (where exp's result would be subnormal: at most 1.2e-38 against the 
 
 import struct
 
+from . import attention_codes
 from .float_tiles import _splat
 
 DECLARATIONS = """declare <8 x float> @llvm.fma.v8f32(<8 x float>, <8 x float>, <8 x float>)
@@ -68,9 +71,22 @@ def _suffix(kv: str) -> str:
     return "" if kv == "f32" else "_" + kv
 
 
-def _chunk(name: str, row: str, c: int, W: int, kv: str) -> list[str]:
-    """%name = lanes c·W .. c·W+W-1 of a key or value row at address ``row`` as floats: float32 as it is, bf16 bits
-    widened (shifted into a float32's high half: exact, the values a widened copy would hold)."""
+def _coded(kv: str) -> bool:
+    """A quantized cache's kind (attention_codes.kind): its kernels take the rows' scales and biases too."""
+    return kv.startswith("q")
+
+
+def _scale_args(kv: str) -> str:
+    """The arguments a kernel over codes takes after the others: scales and biases, each an address and a row stride."""
+    return ", i64 %sc, i64 %scs, i64 %bi, i64 %bis" if _coded(kv) else ""
+
+
+def _chunk(name: str, row: str, c: int, W: int, kv: str, key: str) -> list[str]:
+    """%name = lanes c·W .. c·W+W-1 of a key or value row at address ``row`` (position ``key`` of the call) as
+    floats: float32 as it is, bf16 bits widened (shifted into a float32's high half: exact, the values a widened copy
+    would hold), codes as attention_codes.chunk turns them (the floats a dequantized copy would hold)."""
+    if _coded(kv):
+        return attention_codes.chunk(name, row, key, c, W, kv)
     if kv == "f32":
         return [f"  {name}.a = add i64 {row}, {4 * W * c}", *_ptr(f"{name}.p", f"{name}.a"),
                 f"  {name} = load {_vec(W)}, ptr {name}.p, align 4"]  # fmt: skip
@@ -135,7 +151,8 @@ def scores(R: int, D: int, W: int, NK: int, kv: str = "f32") -> str:
     n read key n-1 again and their scores land in s's padding (the caller leaves NK floats after row ends)."""
     C, v = D // W, _vec(W)
     L = [
-        f"define void @scores_{R}{_suffix(kv)}(i64 %q, i64 %qs, i64 %k, i64 %ks, i64 %n, i64 %s, i64 %ss, i64 %scb) {{",
+        f"define void @scores_{R}{_suffix(kv)}(i64 %q, i64 %qs, i64 %k, i64 %ks, i64 %n, i64 %s, i64 %ss, i64 %scb"
+        f"{_scale_args(kv)}) {{",
         "entry:",
     ]
     L += _splat_bits("%scale", "%scb", NK)
@@ -154,7 +171,7 @@ def scores(R: int, D: int, W: int, NK: int, kv: str = "f32") -> str:
         ]
     for c in range(C):
         for kk in range(NK):
-            L += _chunk(f"%kc{kk}_{c}", f"%ka{kk}", c, W, kv)
+            L += _chunk(f"%kc{kk}_{c}", f"%ka{kk}", c, W, kv, f"%j{kk}")
         for r in range(R):
             L += [f"  %qc{r}_{c}.a = add i64 %qa{r}, {4 * W * c}", *_ptr(f"%qc{r}_{c}.p", f"%qc{r}_{c}.a"),
                   f"  %qc{r}_{c} = load {v}, ptr %qc{r}_{c}.p, align 4"]  # fmt: skip
@@ -185,7 +202,8 @@ def weighted(R: int, C: int, W: int, kv: str = "f32") -> str:
     accumulators in registers."""
     v = _vec(W)
     L = [
-        f"define void @weighted_{R}{_suffix(kv)}(i64 %p, i64 %ps, i64 %v, i64 %vs, i64 %n, i64 %o, i64 %os) {{",
+        f"define void @weighted_{R}{_suffix(kv)}(i64 %p, i64 %ps, i64 %v, i64 %vs, i64 %n, i64 %o, i64 %os"
+        f"{_scale_args(kv)}) {{",
         "entry:",
     ]
     for r in range(R):
@@ -200,7 +218,7 @@ def weighted(R: int, C: int, W: int, kv: str = "f32") -> str:
             L.append(f"  %acc{r}_{c} = phi {v} [%o0_{r}_{c}, %entry], [%nx{r}_{c}, %loop]")
     L += ["  %vo = mul i64 %t, %vs", "  %va = add i64 %v, %vo", "  %pt = mul i64 %t, 4"]
     for c in range(C):
-        L += _chunk(f"%vc{c}", "%va", c, W, kv)
+        L += _chunk(f"%vc{c}", "%va", c, W, kv, "%t")
     for r in range(R):
         L += [f"  %pw{r}.a = add i64 %pa{r}, %pt", *_ptr(f"%pw{r}.p", f"%pw{r}.a"),
               f"  %pw{r}.f = load float, ptr %pw{r}.p, align 4", *_splat(f"%pw{r}", f"%pw{r}.f", W)]  # fmt: skip

@@ -9,15 +9,16 @@ whole step takes 15.8. Here a layer is two numba calls and the cache's own write
 
     attention_in    x [m, H] -> RMSNorm -> q | k | v (one call or three) -> per-head RMSNorm + RoPE
                     -> q [m, nh, D], and k, v [B, nkv, S, D] in the cache's dtype (bf16 bits or float32)
-    (Python)        the cache writes k, v (fs_kvcache decides where); K, V: its buffers or its block pool
+    (Python)        the cache writes k, v (fs_kvcache decides where; a quantized cache or pool, ``--kv-bits``,
+                    their codes: fused.quantize_kv); K, V: its buffers or its block pool
     attention_out   attention over K, V -> o -> + x -> RMSNorm -> gate | up -> silu(g)·u -> down -> + -> x' [m, H]
 
 The contract is ``InvariantBlock``'s bits: the same compiled kernels (tile_calls._run, fused._rms_rows /
 _norm_rope / _silu_mul, attention._attend) on the same values in the same order, only without Python between
 them; tests/test_compiled_block.py compares every logit against it on every kept format, and the engine's pool.
 A Qwen3-MoE layer runs the first half and the second up to its MLP compiled, then its experts in Python
-(experts.py). Where a step needs anything else - a quantized cache, a rotating cache's chunk, matrices off the
-tiles - the block takes InvariantBlock's path, so which path ran never shows in a result.
+(experts.py). Where a step needs anything else - a rotating cache's chunk, a cache gathered from blocks, matrices
+off the tiles - the block takes InvariantBlock's path, so which path ran never shows in a result.
 """
 
 import threading
@@ -29,6 +30,7 @@ from fs_kvcache import PagedLayer, chunk_window
 
 from ..numpy.linear import timed
 from . import HAVE_NUMBA
+from .attention import _code_format, _contiguous
 from .attention_calls import kernels
 from .decode_step import FusedMLP, InvariantAttention, InvariantBlock
 from .silu_tiles import kernel as silu_kernel
@@ -165,6 +167,11 @@ class _Plan:
         return got + (got[0],) * (3 - len(got))
 
 
+def _lead(side: Any) -> Any:
+    """A pool layer's K or V (an array, or codes, scales and biases) with a leading axis of one row."""
+    return tuple(part[None] for part in side) if isinstance(side, tuple) else side[None]
+
+
 _memo = threading.local()  # .tables, .rows: the last step's RoPE tables and their rows, per thread (an engine
 # thread and a caller's thread may step two models at once); every layer of a step shares them
 
@@ -194,8 +201,7 @@ class CompiledBlock(InvariantBlock):
 
     def __call__(self, x: np.ndarray, tables: Any, cache: Any = None, pad: np.ndarray | None = None) -> np.ndarray:
         p = self.plan
-        dense = cache is None or (hasattr(cache, "update_and_fetch_buffers") and not getattr(cache, "bits", 0))
-        covered = dense or (isinstance(cache, PagedLayer) and not cache.store.bits)  # codes: the fused path's
+        covered = cache is None or hasattr(cache, "update_and_fetch_buffers") or isinstance(cache, PagedLayer)
         if p is None or not covered or chunk_window(cache, x.shape[1]) is not None:
             return super().__call__(x, tables, cache, pad)
         return self._compiled(x, tables, cache, pad)
@@ -214,7 +220,8 @@ class CompiledBlock(InvariantBlock):
                     len(p.qkv) == 1, p.n, a.q_norm, a.k_norm, cos, sin, k, v)  # fmt: skip
         K, V, seqs = self._kv(k, v, cache, pad)
         key = ("block-out", p.fused_mlp, p.n, bucket(m), bucket(int(seqs[4].max())))
-        seq = rows, q, K, V, *seqs, a.scale, p.fns
+        fns = p.fns if not isinstance(K, tuple) else kernels(a.D, *_code_format(K, a.D))
+        seq = rows, q, K, V, *seqs, a.scale, fns
         if not p.fused_mlp:  # a MoE layer: the compiled attention, then its experts
             h, hn = timed(fan_out, key, _attention, *seq, p.wo.args(m), self.norm2, eps)
             return h.reshape(B, S, H) + self.mlp(hn.reshape(B, S, H))  # type: ignore[no-any-return]
@@ -228,16 +235,25 @@ class CompiledBlock(InvariantBlock):
         keys are: rows, block tables, block size, query starts, context lengths, left padding - attention.py's
         ``_attend_impl`` names them)."""
         i64 = np.int64
+        a = self.attn
         if isinstance(cache, PagedLayer):  # the engine's block pool: B = 1, the N tokens of every sequence in a row
             st, bt = cache.store, cache.batch
-            st.write(cache.layer, bt.slots, k[0], v[0])
+            if st.bits:  # a pool of codes (the engine's kv_bits): each position's codes, as _paged_fused writes them
+                qk, qv = (tuple(part[0] for part in a.quantize_kv(x, st)) for x in (k, v))
+                st.write(cache.layer, bt.slots, qk, qv)
+            else:
+                st.write(cache.layer, bt.slots, k[0], v[0])
             n = len(bt.context)
-            K, V = np.ascontiguousarray(st.k[cache.layer][None]), np.ascontiguousarray(st.v[cache.layer][None])
+            K, V = (_contiguous(_lead(side)) for side in (st.k[cache.layer], st.v[cache.layer]))
             at = np.asarray(bt.starts, i64), np.asarray(bt.context, i64)
             return K, V, (np.zeros(n, i64), np.asarray(bt.tables, i64), i64(st.block_size), *at, np.zeros(n, i64))
         B, _, S, _ = k.shape
-        K, V, T = (k, v, S) if cache is None else cache.update_and_fetch_buffers(k, v)
-        K, V = np.ascontiguousarray(K), np.ascontiguousarray(V)  # a dense cache: one block per row
+        new: tuple[Any, Any] = (k, v)
+        if getattr(cache, "bits", 0):  # a QuantizedKVCache: the new positions as codes, its buffers read in place
+            new = a.quantize_kv(k, cache), a.quantize_kv(v, cache)
+        K, V, T = (*new, S) if cache is None else cache.update_and_fetch_buffers(*new)
+        K, V = _contiguous(K), _contiguous(V)  # a dense cache: one block per row
+        slots = (K[0] if isinstance(K, tuple) else K).shape[2]
         pads = np.zeros(B, i64) if pad is None else np.asarray(pad, i64).reshape(B)
-        seqs = np.arange(B), np.zeros((B, 1), i64), i64(K.shape[2]), np.arange(0, B * S + 1, S), np.full(B, T), pads
+        seqs = np.arange(B), np.zeros((B, 1), i64), i64(slots), np.arange(0, B * S + 1, S), np.full(B, T), pads
         return K, V, seqs
