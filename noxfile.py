@@ -203,6 +203,7 @@ BENCHES = {
     "kvcache_decode": ["benchmarks/kvcache_decode.py"],
     "kv_bits": ["benchmarks/kv_bits.py", "--contexts", "1024", "4096"],
     "engine_kv_bits": ["benchmarks/engine_kv_bits.py"],
+    "step_scaling": ["benchmarks/step_scaling.py"],
     "quant_quality": ["benchmarks/quant_quality.py"],
     "invariance_cost": ["benchmarks/invariance_cost.py"],
     "tile_groups": ["benchmarks/tile_groups.py"],
@@ -220,7 +221,7 @@ BENCHES = {
 }
 # the scripts that take --llama-bin
 PEERS = {"cpu_speed", "engine_serving", "engine_kv_bits", "serve_load", "gguf_vs_llama", "kquant_speed", "moe_speed",
-         "speculative_llama"}  # fmt: skip
+         "speculative_llama", "step_scaling"}  # fmt: skip
 
 
 @nox.session(default=False)

@@ -106,29 +106,12 @@ def ttft_cold_warm(model, prompts):
     return {"ttft_cold_p50": float(np.median(cold)), "ttft_warm_p50": float(np.median(warm))}
 
 
-def step_scaling(model, long: int, steps: int = 8) -> dict:
+def step_scaling(model, long: int) -> dict:
     """One sequence's decode step through the engine's paged forward pass at 128 and at ``long`` positions."""
-    from fs_kvcache import BlockPool, BlockTable, PagedBatch
+    from step_scaling import step_ms
 
-    out = {}
-    for T in (128, long):
-        pool = BlockPool(-(-(T + steps) // 16) + 1, 16)
-        store, table = model.make_kv_store(pool), BlockTable(pool)
-        ids = [(7 * i + 3) % 150000 for i in range(T)]
-        for a in range(0, T, 512):  # the context, in engine-sized chunks
-            chunk = ids[a : a + 512]
-            table.reserve(len(chunk), store.copy)
-            model.forward_paged(PagedBatch.pack([(table, chunk)]), store)
-            table.advance(len(chunk))
-        best = float("inf")
-        for i in range(steps):
-            table.reserve(1, store.copy)
-            t0 = time.perf_counter()
-            model.forward_paged(PagedBatch.pack([(table, [i + 5])]), store)
-            best = min(best, time.perf_counter() - t0)
-            table.advance(1)
-        out[T] = best
-    return {"step_128_ms": out[128] * 1e3, f"step_{long}_ms": out[long] * 1e3, "step_ratio": out[long] / out[128]}
+    out = {T: step_ms(model, T) for T in (128, long)}
+    return {"step_128_ms": out[128], f"step_{long}_ms": out[long], "step_ratio": out[long] / out[128]}
 
 
 def llama(bindir: Path, fmt: str, prompt: int, new: int, npl: int, tokenizer: Path) -> dict:

@@ -162,3 +162,52 @@ def test_the_paged_kernel_equals_the_dense_reference_for_odd_contexts(block_size
         a, b = starts[i], starts[i + 1]
         want = dense_attention(q[a:b], K[0][:, slots], Vv[0][:, slots], scale)
         assert rel_err(got[a:b], want) < 1e-5
+
+
+@pytest.mark.kernels
+@pytest.mark.parametrize("kv", ["float32", "bf16", "8-bit"])
+def test_where_the_blocks_lie_moves_no_bit(kv):
+    """attention.py reads a run of blocks that lie side by side in memory as one tile (a pool hands out free blocks
+    in increasing order); scattered they are read block by block. Each key's arithmetic must be the same either way:
+    the same K/V in blocks laid out in order, reversed and in runs of two give the same bits, for decode steps and a
+    prefill chunk, over float32, bf16 bits and codes."""
+    if not cpu.HAVE_NUMBA:
+        pytest.skip("numba is not installed: the fused kernels are tested by `nox -s kernels`")
+    from fs_model.cpu import attention, fused
+    from fs_model.numpy.kv_quant import quantize_kv
+
+    rng = np.random.default_rng(5)
+    nh, nkv, D, bs = 4, 2, 64, 4
+    ctx, news = [150, 37, 9], [1, 20, 1]
+    n = [-(-c // bs) for c in ctx]
+    logical = [rng.standard_normal((nkv, b * bs, D)).astype(np.float32) for b in n for _ in "kv"]
+    starts = np.concatenate([[0], np.cumsum(news)]).astype(np.int64)
+    q = rng.standard_normal((int(starts[-1]), nh, D)).astype(np.float32)
+
+    def pool(order: np.ndarray) -> tuple[object, object, np.ndarray]:
+        """Every sequence's blocks at the physical ids ``order`` (sequence after sequence), and their tables."""
+        tables = np.full((len(ctx), max(n)), -1, np.int64)
+        K, Vv = (np.zeros((1, nkv, sum(n) * bs, D), np.float32) for _ in "kv")
+        at = 0
+        for i in range(len(ctx)):
+            tables[i, : n[i]] = order[at : at + n[i]]
+            for j, b in enumerate(tables[i, : n[i]]):
+                K[0, :, b * bs : (b + 1) * bs] = logical[2 * i][:, j * bs : (j + 1) * bs]
+                Vv[0, :, b * bs : (b + 1) * bs] = logical[2 * i + 1][:, j * bs : (j + 1) * bs]
+            at += n[i]
+        if kv == "bf16":
+            return fused.to_bf16(K), fused.to_bf16(Vv), tables
+        if kv == "8-bit":
+            return quantize_kv(K, 8, 32, False), quantize_kv(Vv, 8, 32, False), tables
+        return K, Vv, tables
+
+    total = sum(n)
+    layouts = [np.arange(total), np.arange(total)[::-1].copy(), np.arange(total).reshape(-1, 1)]
+    pairs = np.arange(total - total % 2).reshape(-1, 2)[::-1].reshape(-1)  # runs of two, the runs reversed
+    layouts[2] = np.concatenate([pairs, np.arange(total - total % 2, total)])
+    got = []
+    for order in layouts:
+        K, Vv, tables = pool(order)
+        rows = np.zeros(len(ctx), np.int64)
+        got.append(attention.attend_rows(q, K, Vv, rows, tables, bs, starts, np.array(ctx), np.float32(D**-0.5)))
+    assert np.array_equal(got[0], got[1]) and np.array_equal(got[0], got[2])

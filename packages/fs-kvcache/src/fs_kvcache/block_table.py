@@ -90,7 +90,7 @@ class BlockTable:
             raise KVCacheError(f"cannot trim {n!r} positions from a sequence holding {self.length}")
         self.length -= n
         keep = -(-self.length // self.pool.block_size)
-        for b in self.blocks[keep:]:
+        for b in reversed(self.blocks[keep:]):  # last first: the pool hands them out again in their order
             self.pool.decref(b)
         del self.blocks[keep:]
         return n
@@ -107,6 +107,6 @@ class BlockTable:
     def release(self) -> None:
         """Return every reference; exactly once."""
         self._live()
-        for b in self.blocks:
+        for b in reversed(self.blocks):  # last first: the pool's free stack hands them out again in their order
             self.pool.decref(b)
         self.blocks, self.length, self.released = [], 0, True

@@ -21,6 +21,8 @@ class BlockPool:
             raise KVCacheError(f"num_blocks and block_size must be positive ints, got {num_blocks!r}, {block_size!r}")
         self.num_blocks, self.block_size = num_blocks, block_size
         self.refs = [0] * num_blocks
+        # a stack, lowest id on top: a sequence's blocks come out in increasing order, often side by side in memory,
+        # which attention reads as one run (fs-model's cpu/attention.py); tables free theirs last first to keep it so
         self._free = list(range(num_blocks - 1, -1, -1))
         self.k: Any = None
         self.v: Any = None

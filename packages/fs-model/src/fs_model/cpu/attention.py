@@ -157,6 +157,17 @@ if HAVE_NUMBA:
         return acc[0]
 
     @njit(cache=True)
+    def _tile_end(trow, bs, t0, most):  # pragma: no cover - compiled
+        """The end of the tile starting at key t0 (at most ``most``): the end of t0's block, extended over each
+        following block stored right after it (a pool hands out free blocks in increasing order, so a sequence's
+        blocks mostly are: 16-key blocks then cost what one dense run does - a tile's calls cost ~0.7 µs a head, a
+        third of the work at 16 keys). Where tiles end moves no bit: each key's arithmetic is the same in any tile."""
+        end = (t0 // bs + 1) * bs
+        while end < most and trow[end // bs] == trow[end // bs - 1] + 1:
+            end += bs
+        return min(end, most)
+
+    @njit(cache=True)
     def _one_head(q, K, V, r, g, G, trow, bs, T, S, first, pad, raw, fns, scale, sbits, out):  # pragma: no cover
         """``_attend_impl``'s work for one sequence and KV head g: groups of up to QUERIES queries, each group's
         scores tile by tile, its weights, its weighted sums tile by tile, its outputs (scratch arrays per call)."""
@@ -176,8 +187,8 @@ if HAVE_NUMBA:
             # up to CODED_QUERIES queries (the same bits either way: attention_codes.py's contract)
             direct = raw and (not _coded(K) or q1 - q0 <= CODED_QUERIES)
             t0 = start
-            while t0 < Tq:  # tiles end at block ends: a tile is contiguous
-                t1 = min(Tq, t0 + TILE, (t0 // bs + 1) * bs)
+            while t0 < Tq:  # a tile is contiguous: it ends where the next block is not the next in memory
+                t1 = _tile_end(trow, bs, t0, min(Tq, t0 + TILE))
                 at = trow[t0 // bs] * bs + t0 % bs
                 if direct:  # the IR widens bf16 bits or dequantizes codes as it reads them
                     kt = _rows(K, r, g, at, t1 - t0)
@@ -202,7 +213,7 @@ if HAVE_NUMBA:
             o[:] = 0.0
             t0 = start
             while t0 < Tq:
-                t1 = min(Tq, t0 + TILE, (t0 // bs + 1) * bs)
+                t1 = _tile_end(trow, bs, t0, min(Tq, t0 + TILE))
                 at = trow[t0 // bs] * bs + t0 % bs
                 if direct:
                     _weighted_tile(fns, _rows(V, r, g, at, t1 - t0), G, t0, t1, q0, q1, S, T, pad, p, o)
