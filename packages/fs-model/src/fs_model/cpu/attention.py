@@ -31,48 +31,13 @@ if HAVE_NUMBA:
     from numba.extending import overload
 
     from .attention_calls import CODED, CODED_QUERIES, _bf16, _coded, _scores_tile, _weighted_tile, _weights
+    from .attention_codes import _dequantize
     from .llvm_ir import call_address
 
     # No fastmath in this module: attention is also compiled as a callee of compiled_block.py's halves, and a
     # fast-math sum, max or multiply-add may be vectorized or contracted differently there than in a direct call
     # (a bf16 cache's kernel compiled one way and a float32 one the other differed in the last bit). Strict float32
     # arithmetic gives every caller, and every process reading the other's on-disk cache, the same bits.
-    @njit(cache=True)
-    def _dequantize(codes, scales, biases, r, g, at, n, dst, t):  # pragma: no cover - compiled
-        """Positions at .. at+n-1 of head g of a quantized cache row r into dst[t .. t+n-1] as float32:
-        ``scale * code + bias`` per group. ``codes`` is the uint32 codes' byte view (``_contiguous``): on a
-        little-endian CPU code d of an 8-bit row is byte d, of a 4-bit row the low (even d) or high nibble of byte
-        d/2, of a 2-bit row bits 2(d%4) of byte d/4. A 4- or 2-bit row is first spread into one byte a code, then
-        the same arithmetic runs over contiguous bytes, a group at a time with the width fixed, so it vectorises
-        (writing the float pairs of each 4-bit byte in place measured 5x slower, 6.7 against 1.4 µs a tile of 64
-        positions of 128 dims; a loop over packed words with a variable shift 3x)."""
-        D = dst.shape[1]
-        bits = 8 * codes.shape[3] // D
-        ng = scales.shape[3]
-        gs = D // ng
-        spread = np.empty(D, np.uint8)
-        for i in range(n):
-            row = codes[r, g, at + i]
-            if bits == 4:
-                for e in range(D // 2):
-                    byte = row[e]
-                    spread[2 * e] = byte & np.uint8(15)
-                    spread[2 * e + 1] = byte >> np.uint8(4)
-            elif bits == 2:
-                for e in range(D // 4):
-                    byte = row[e]
-                    for j in range(4):
-                        spread[4 * e + j] = (byte >> np.uint8(2 * j)) & np.uint8(3)
-            out = dst[t + i]
-            for grp in range(ng):
-                sc, bi = scales[r, g, at + i, grp], biases[r, g, at + i, grp]
-                lo = grp * gs
-                if bits == 8:  # the row read in place (through one variable with ``spread``: ~8 % slower)
-                    for d in range(gs):
-                        out[lo + d] = sc * np.float32(row[lo + d]) + bi
-                else:
-                    for d in range(gs):
-                        out[lo + d] = sc * np.float32(spread[lo + d]) + bi
 
     def _tile(K, r, g, at, n, buf):  # pragma: no cover - replaced by the overload below inside compiled code
         return buf

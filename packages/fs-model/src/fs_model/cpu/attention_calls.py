@@ -127,37 +127,47 @@ if HAVE_NUMBA:
         i64 = np.int64
         return i64(sc.ctypes.data) + at, i64(sc.strides[0]), i64(bi.ctypes.data) + at, i64(bi.strides[0])
 
-    @njit(fastmath=True, cache=True)
-    def _scores_coded(fns, qg, kt, n, s, t0, scale, bits):  # pragma: no cover - compiled
-        """``_scores`` over a quantized tile (codes, scales, biases): attention_codes' kernels, two heads a call."""
+    @njit(fastmath=True, cache=True, inline="always")
+    def _score_calls(fns, at, qg, k, ks, n, s, t0, bits, tail):  # pragma: no cover - compiled
+        """Every head of qg [G, D] against n keys at address k (row stride ks), two heads a call: the IR kernels
+        fns[at] (two heads) and fns[at + 1] (one); ``tail``: the arguments kernels over codes take after the rest."""
         G, D = qg.shape
-        codes = kt[0]
         i64 = np.int64
         j = 0
         while j < G:
             R = 2 if j + 2 <= G else 1
             qa, sa = i64(qg.ctypes.data) + j * D * 4, i64(s.ctypes.data) + (j * s.shape[1] + t0) * 4
-            kw = (i64(codes.ctypes.data), i64(codes.strides[0]), i64(n))
-            args = (qa, i64(D * 4), *kw, sa, i64(s.strides[0]), bits, *_scales_from(kt, 0, D))
-            call_address(fns[CODED + 2 - R], args)  # type: ignore[call-arg]
+            call_address(fns[at + 2 - R], (qa, i64(D * 4), k, ks, i64(n), sa, i64(s.strides[0]), bits, *tail))  # type: ignore[call-arg]
             j += R
+
+    @njit(fastmath=True, cache=True, inline="always")
+    def _weighted_calls(fns, at, p, t0, v, vs, n, o, d0, tail):  # pragma: no cover - compiled
+        """o[j, d0 ..] += the weighted sum of n values at address v (row stride vs) for every head j of o, two heads
+        a call: the IR kernels fns[at] / fns[at + 1], ``fns[5]`` lanes from d0; ``tail`` as ``_score_calls``'."""
+        G, D = o.shape
+        i64 = np.int64
+        j = 0
+        while j < G:
+            R = 2 if j + 2 <= G else 1
+            pa, oa = i64(p.ctypes.data) + (j * p.shape[1] + t0) * 4, i64(o.ctypes.data) + (j * D + d0) * 4
+            call_address(fns[at + 2 - R], (pa, i64(p.strides[0]), v, vs, i64(n), oa, i64(D * 4), *tail))  # type: ignore[call-arg]
+            j += R
+
+    @njit(fastmath=True, cache=True)
+    def _scores_coded(fns, qg, kt, n, s, t0, scale, bits):  # pragma: no cover - compiled
+        """``_scores`` over a quantized tile (codes, scales, biases): attention_codes' kernels."""
+        codes, i64 = kt[0], np.int64
+        k, ks = i64(codes.ctypes.data), i64(codes.strides[0])
+        _score_calls(fns, CODED, qg, k, ks, n, s, t0, bits, _scales_from(kt, 0, qg.shape[1]))
 
     @njit(fastmath=True, cache=True)
     def _weighted_coded(fns, p, t0, vt, n, o):  # pragma: no cover - compiled
         """``_weighted`` over a quantized tile: ``fns[5]`` lanes a call, each call's codes and scales from its d0."""
-        G, D = o.shape
-        codes = vt[0]
-        i64 = np.int64
+        D = o.shape[1]
+        codes, i64 = vt[0], np.int64
         for d0 in range(0, D, fns[5]):
             va = i64(codes.ctypes.data) + d0 * codes.shape[1] // D
-            tail = _scales_from(vt, d0, D)
-            j = 0
-            while j < G:
-                R = 2 if j + 2 <= G else 1
-                pa, oa = i64(p.ctypes.data) + (j * p.shape[1] + t0) * 4, i64(o.ctypes.data) + (j * D + d0) * 4
-                args = (pa, i64(p.strides[0]), va, i64(codes.strides[0]), i64(n), oa, i64(D * 4), *tail)
-                call_address(fns[CODED + 4 - R], args)  # type: ignore[call-arg]
-                j += R
+            _weighted_calls(fns, CODED + 2, p, t0, va, i64(codes.strides[0]), n, o, d0, _scales_from(vt, d0, D))
 
     @njit(fastmath=True, cache=True)
     def _scores(fns, qg, kt, n, s, t0, scale, bits):  # pragma: no cover - compiled
@@ -174,13 +184,7 @@ if HAVE_NUMBA:
                     s[j, t0 + t] = acc * scale
             return
         i64 = np.int64
-        j = 0
-        while j < G:
-            R = 2 if j + 2 <= G else 1
-            qa, sa = i64(qg.ctypes.data) + j * D * 4, i64(s.ctypes.data) + (j * s.shape[1] + t0) * 4
-            kw = (i64(kt.ctypes.data), i64(kt.strides[0]), i64(n))
-            call_address(fns[2 - R + (6 if _bf16(kt) else 0)], (qa, i64(D * 4), *kw, sa, i64(s.strides[0]), bits))  # type: ignore[call-arg]
-            j += R
+        _score_calls(fns, 6 if _bf16(kt) else 0, qg, i64(kt.ctypes.data), i64(kt.strides[0]), n, s, t0, bits, ())
 
     @njit(fastmath=True, cache=True)
     def _weights(fns, s, p, j, lo, n, m, mbits):  # pragma: no cover - compiled
@@ -206,16 +210,8 @@ if HAVE_NUMBA:
             return
         i64 = np.int64
         for d0 in range(0, D, fns[5]):
-            j = 0
-            while j < G:
-                R = 2 if j + 2 <= G else 1
-                pa, va = i64(p.ctypes.data) + (j * p.shape[1] + t0) * 4, i64(vt.ctypes.data) + d0 * vt.itemsize
-                oa = i64(o.ctypes.data) + (j * D + d0) * 4
-                call_address(
-                    fns[4 - R + (6 if _bf16(vt) else 0)],
-                    (pa, i64(p.strides[0]), va, i64(vt.strides[0]), i64(n), oa, i64(D * 4)),
-                )  # type: ignore[call-arg]
-                j += R
+            va = i64(vt.ctypes.data) + d0 * vt.itemsize
+            _weighted_calls(fns, 2 + (6 if _bf16(vt) else 0), p, t0, va, i64(vt.strides[0]), n, o, d0, ())
 
     def _scores_of(fns, qg, kt, n, s, t0, scale, bits):  # pragma: no cover - replaced by the overload below
         pass
