@@ -46,6 +46,31 @@ def lanes(D: int) -> int:
     return 8 if D % 8 == 0 else 0
 
 
+FOUR = ("scores_2", "scores_1", "weighted_2", "weighted_1")
+
+
+def _chunks(D: int, W: int) -> int:
+    """The W-lane chunks of D one weighted call covers: its accumulators stay in registers."""
+    return max(c for c in range(1, min(D // W, 8 if W == 16 else 4) + 1) if (D // W) % c == 0)
+
+
+def _four(D: int, W: int, kv: str) -> tuple[str, list[str]]:
+    """The IR of the scores / weighted kernels over keys and values stored as ``kv``, and their names."""
+    NK = 8 if W == 16 else 4  # keys a scores step: NK·R accumulators and NK key chunks fit the registers
+    if kv not in ("f32", "bf16"):  # codes: each key's scale and bias per group take registers too - the compiled
+        NK //= 2  # loop spilled to the stack at 8 / 4 keys (101 / 176 instructions a key; 83 / 150 at 4 / 2)
+    C = _chunks(D, W)
+    ir = scores(2, D, W, NK, kv) + scores(1, D, W, NK, kv) + weighted(2, C, W, kv) + weighted(1, C, W, kv)
+    return ir, [f"{n}{_suffix(kv)}" for n in FOUR]
+
+
+def _addresses(ir: str, W: int, names: list[str]) -> dict[str, int] | None:
+    """{name: code address} of the functions ``names`` of ``ir``, compiled for W lanes (None: it did not compile)."""
+    sig = ctypes.CFUNCTYPE(None, *[ctypes.c_int64] * 8)  # only their addresses are used (numba calls them)
+    fns = compile_ir(DECLARATIONS + ir, WIDE_FEATURES if W == 16 else ("avx2", "fma"), dict.fromkeys(names, sig))
+    return None if fns is None else {n: ctypes.cast(f, ctypes.c_void_p).value or 0 for n, f in fns.items()}
+
+
 def kernels(D: int, bits: int = 0, gs: int = 0) -> np.ndarray:
     """(scores_2, scores_1, weighted_2, weighted_1, exp_shifted, the lanes of D one weighted call covers, then the
     four scores / weighted kernels again, reading bf16 bits, then a row's max and sum: ``row_reduce``, then - for a
@@ -58,30 +83,18 @@ def kernels(D: int, bits: int = 0, gs: int = 0) -> np.ndarray:
     key = (D, W, bits, gs)
     if key not in _compiled:
         got: tuple[int, ...] = NONE
-        if W:
-            NK = 8 if W == 16 else 4  # keys a scores step: NK·R accumulators and NK key chunks fit the registers
-            chunks = D // W
-            C = max(c for c in range(1, min(chunks, 8 if W == 16 else 4) + 1) if chunks % c == 0)
-            coded = bits and attention_codes.applies(W, gs)
-            kinds = ["f32", "bf16"] + ([attention_codes.kind(bits, gs)] if coded else [])
-            ir = DECLARATIONS + exp_shifted(W) + row_reduce(W, "max") + row_reduce(W, "sum")
-            names = ["exp_shifted", "row_max", "row_sum"]
-            for kv in kinds:
-                # codes: half the keys a step - each key's scale and bias per group also take registers (the
-                # compiled loop spilled to the stack at 8 / 4 keys: 101 / 176 instructions a key, 83 / 150 at 4 / 2)
-                nk = NK if kv in ("f32", "bf16") else NK // 2
-                ir += scores(2, D, W, nk, kv) + scores(1, D, W, nk, kv) + weighted(2, C, W, kv) + weighted(1, C, W, kv)
-                names += [f"{n}{_suffix(kv)}" for n in ("scores_2", "scores_1", "weighted_2", "weighted_1")]
-            sig = ctypes.CFUNCTYPE(None, *[ctypes.c_int64] * 8)  # only their addresses are used (numba calls them)
-            fns = compile_ir(ir, WIDE_FEATURES if W == 16 else ("avx2", "fma"), dict.fromkeys(names, sig))
-            if fns is not None:
-                at = {n: ctypes.cast(f, ctypes.c_void_p).value or 0 for n, f in fns.items()}
-
-                def four(kv: str) -> tuple[int, ...]:
-                    return tuple(at[f"{n}{_suffix(kv)}"] for n in ("scores_2", "scores_1", "weighted_2", "weighted_1"))
-
-                codes = four(kinds[2]) if coded else (0, 0, 0, 0)
-                got = (*four("f32"), at["exp_shifted"], C * W, *four("bf16"), at["row_max"], at["row_sum"], *codes)
+        if bits:  # the table without codes, and the four over codes compiled on their own
+            base = tuple(int(a) for a in kernels(D)[:CODED])
+            ir, names = _four(D, W, attention_codes.kind(bits, gs))
+            at = _addresses(ir, W, names) if W and base[0] and attention_codes.applies(W, gs) else None
+            got = (*base, *(at[n] for n in names)) if at else (*base, 0, 0, 0, 0)
+        elif W:
+            (f32, names), (bf16, bf16_names) = _four(D, W, "f32"), _four(D, W, "bf16")
+            ir = exp_shifted(W) + row_reduce(W, "max") + row_reduce(W, "sum") + f32 + bf16
+            at = _addresses(ir, W, ["exp_shifted", "row_max", "row_sum", *names, *bf16_names])
+            if at is not None:
+                got = (*(at[n] for n in names), at["exp_shifted"], _chunks(D, W) * W, *(at[n] for n in bf16_names),
+                       at["row_max"], at["row_sum"], 0, 0, 0, 0)  # fmt: skip
         table = np.array(got, np.int64)
         table.flags.writeable = False
         _compiled[key] = table
