@@ -32,7 +32,7 @@ from ..numpy.linear import timed
 from . import HAVE_NUMBA
 from .attention import _code_format, _contiguous
 from .attention_calls import kernels
-from .decode_step import FusedMLP, InvariantAttention, InvariantBlock
+from .decode_step import FusedMLP, InvariantAttention, InvariantBlock, lead
 from .silu_tiles import kernel as silu_kernel
 from .threads import bucket, fan_out
 from .tile_calls import TileCall
@@ -167,11 +167,6 @@ class _Plan:
         return got + (got[0],) * (3 - len(got))
 
 
-def _lead(side: Any) -> Any:
-    """A pool layer's K or V (an array, or codes, scales and biases) with a leading axis of one row."""
-    return tuple(part[None] for part in side) if isinstance(side, tuple) else side[None]
-
-
 _memo = threading.local()  # .tables, .rows: the last step's RoPE tables and their rows, per thread (an engine
 # thread and a caller's thread may step two models at once); every layer of a step shares them
 
@@ -236,15 +231,12 @@ class CompiledBlock(InvariantBlock):
         ``_attend_impl`` names them)."""
         i64 = np.int64
         a = self.attn
+        assert isinstance(a, InvariantAttention)  # a block has a plan only then (_Plan)
         if isinstance(cache, PagedLayer):  # the engine's block pool: B = 1, the N tokens of every sequence in a row
             st, bt = cache.store, cache.batch
-            if st.bits:  # a pool of codes (the engine's kv_bits): each position's codes, as _paged_fused writes them
-                qk, qv = (tuple(part[0] for part in a.quantize_kv(x, st)) for x in (k, v))
-                st.write(cache.layer, bt.slots, qk, qv)
-            else:
-                st.write(cache.layer, bt.slots, k[0], v[0])
+            a.write_pool(cache, k[0], v[0])  # codes for a pool of codes (the engine's kv_bits)
             n = len(bt.context)
-            K, V = (_contiguous(_lead(side)) for side in (st.k[cache.layer], st.v[cache.layer]))
+            K, V = (_contiguous(lead(side)) for side in (st.k[cache.layer], st.v[cache.layer]))
             at = np.asarray(bt.starts, i64), np.asarray(bt.context, i64)
             return K, V, (np.zeros(n, i64), np.asarray(bt.tables, i64), i64(st.block_size), *at, np.zeros(n, i64))
         B, _, S, _ = k.shape

@@ -89,23 +89,29 @@ class FusedAttention(Attention):
     def quantize_kv(self, x: np.ndarray, cache: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         return fused.quantize_kv(x, cache.bits, cache.group_size, self.kv_bf16)  # the reference's bits, compiled
 
+    def write_pool(self, cache: PagedLayer, k: np.ndarray, v: np.ndarray) -> None:
+        """The new K/V [nkv, N, D] (in the cache's dtype) into their pool slots: as codes for a quantized pool (the
+        engine's kv_bits), written before anything reads them. The fused path and the compiled block both write so."""
+        st = cache.store
+        if st.bits:
+            k, v = (tuple(p[0] for p in self.quantize_kv(x[None], st)) for x in (k, v))  # type: ignore[assignment]
+        st.write(cache.layer, cache.batch.slots, k, v)
+
     def _paged_fused(self, q: np.ndarray, k: np.ndarray, v: np.ndarray, cache: PagedLayer) -> np.ndarray:
         """q [N, nh, D], k/v [N, nkv, D] -> [N, nh, D]: K/V into their slots, attention over the blocks in place."""
         st, layer, bt = cache.store, cache.layer, cache.batch
         k, v = k.transpose(1, 0, 2), v.transpose(1, 0, 2)  # [nkv, N, D]
         if self.kv_bf16:
             k, v = fused.to_bf16(k), fused.to_bf16(v)
-        K: Any
-        V: Any
-        if st.bits:  # a quantized pool (the engine's kv_bits): codes written before anything reads them
-            q8 = [tuple(p[0] for p in fused.quantize_kv(x[None], st.bits, st.group_size, self.kv_bf16)) for x in (k, v)]
-            st.write(layer, bt.slots, *q8)
-            K, V = (tuple(p[None] for p in side) for side in (st.k[layer], st.v[layer]))
-        else:
-            st.write(layer, bt.slots, k, v)
-            K, V = st.k[layer][None], st.v[layer][None]
+        self.write_pool(cache, k, v)
+        K, V = lead(st.k[layer]), lead(st.v[layer])
         rows = np.zeros(len(bt.context), np.int64)  # one pool: every sequence reads row 0
         return attention.attend_rows(q, K, V, rows, bt.tables, st.block_size, bt.starts, bt.context, self.scale)
+
+
+def lead(side: Any) -> Any:
+    """A pool layer's K or V (an array, or codes, scales and biases) with a leading axis of one row."""
+    return tuple(part[None] for part in side) if isinstance(side, tuple) else side[None]
 
 
 class FusedMLP(MLP):
