@@ -220,8 +220,8 @@ BENCHES = {
     "cold_start": ["benchmarks/cold_start.py", "--out", "docs/data/cold_start.json"],
 }
 # the scripts that take --llama-bin
-PEERS = {"cpu_speed", "engine_serving", "engine_kv_bits", "serve_load", "gguf_vs_llama", "kquant_speed", "moe_speed",
-         "speculative_llama", "step_scaling"}  # fmt: skip
+PEERS = {"half_scales", "cpu_speed", "engine_serving", "engine_kv_bits", "serve_load", "gguf_vs_llama", "kquant_speed",
+         "moe_speed", "speculative_llama", "step_scaling"}  # fmt: skip
 
 
 @nox.session(default=False)

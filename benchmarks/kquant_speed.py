@@ -28,13 +28,13 @@ from same_file import interleaved, table
 TYPES = ["Q4_K_M", "Q5_K_M", "Q6_K"]
 
 
-def gguf_files(llama_bin: Path, tokenizer: str) -> dict[str, Path]:
+def gguf_files(llama_bin: Path, tokenizer: str, types: list[str] = TYPES) -> dict[str, Path]:
     src = qwen3_06b("bfloat16", tokenizer=tokenizer)
     bf16 = CACHE / "qwen3-0.6b-bf16.gguf"
     if not bf16.exists():
         export(str(src), bf16, "bf16")
     files = {}
-    for kind in TYPES:
+    for kind in types:
         f = CACHE / f"qwen3-0.6b-{kind.lower()}.gguf"
         if not f.exists():
             part = f.with_suffix(".part")

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from fs_model import cpu
-from fs_model.cpu import column_tiles, tiles
+from fs_model.cpu import column_records, column_tiles, half_scales, tiles
 from fs_model.cpu.affine import AffineLinear, AffineWeight, _unplanar, quantize_affine
 from fs_weights import f32_to_bf16
 from model_helpers import cpu_name, int8_activation_contract, rel_err
@@ -24,6 +24,23 @@ SHAPES = {"q_proj": (2048, 1024), "k/v_proj": (1024, 1024), "o_proj": (1024, 204
 
 def weight(n, k, seed=0, G=64):
     return quantize_affine(np.random.default_rng(seed).standard_normal((n, k), dtype=np.float32), 4, G)
+
+
+def symmetric(bits, n, k, G, seed=0):
+    """A matrix as the GGUF loader keeps a Q4_0 (bits 4) or Q5_0 (5, packed codes) one: float16 factors d and
+    biases -2^(bits-1)·d, float16 too; the factors include 0 (a bias of -0), a subnormal and 4000 (-16 · 4000 still
+    fits float16)."""
+    if bits == 4:
+        w = weight(n, k, seed, G)
+    else:
+        from test_packed_codes import packed
+
+        w = replace(packed(bits, n, k, seed)[1], records=None)
+        assert w.group_size == G
+    d = np.random.default_rng(seed).uniform(-2e-2, 2e-2, w.scales.shape).astype(np.float16)
+    d.reshape(-1)[:4] = [0.0, 6e-8, 4000.0, -3e-5]
+    b = (d.astype(np.float32) * np.float32(-(1 << (bits - 1)))).astype(np.float16)
+    return replace(w, scales=d, biases=b)
 
 
 @pytest.fixture
@@ -83,6 +100,30 @@ def test_a_row_gets_the_same_bits_in_every_panel_and_16_bit_scales_are_read_as_s
         assert np.array_equal(tiles.matmul(column_tiles.KIND, w, x[r : r + 1])[0], whole[r])
     if layout is not None:
         assert np.array_equal(whole, tiles.matmul(column_tiles.KIND, w.widened(), x))
+
+
+@pytest.mark.parametrize("bits, G", [(4, 32), (4, 64), (5, 32)])
+def test_symmetric_groups_read_only_their_scales(columns, bits, G):
+    """GGUF's Q4_0 / Q5_0: every bias is its scale times -2^(bits-1), so the tiles read the float16 scales alone and
+    make each bias in a register (half_scales.SYMMETRIC) - with the bits of the stored biases, in every panel. A
+    bias one float16 step off, or one that overflowed to inf, and the matrix reads its biases as stored."""
+    kind = f"q{bits}ic"
+    w = symmetric(bits, 64, 512, G, seed=7)
+    x = np.random.default_rng(7).standard_normal((13, 512), dtype=np.float32)
+    made, stored = tiles.Tiled(kind, w), tiles.Tiled(kind, w.widened())
+    assert made.fns == tiles.kernels(kind, G, half_scales.SYMMETRIC) != stored.fns
+    for lo, hi in ((0, 13), (0, 6), (5, 8), (12, 13)):
+        assert np.array_equal(made(x[lo:hi]).view(np.uint32), stored(x[lo:hi]).view(np.uint32))
+    off = w.biases.copy()
+    off.view(np.uint16)[3, 1] ^= 1  # the last bit of one bias
+    near = replace(w, biases=off)
+    assert tiles.Tiled(kind, near).fns == tiles.kernels(kind, G, "f16")
+    assert np.array_equal(tiles.Tiled(kind, near)(x), tiles.Tiled(kind, near.widened())(x))
+    big = w.scales.copy()
+    big[0, 0] = 9000.0  # -8 · 9000 is no float16: a file's bias would be inf
+    with np.errstate(over="ignore"):
+        inf = (big.astype(np.float32) * -(1 << (bits - 1))).astype(np.float16)
+    assert np.isinf(inf[0, 0]) and not half_scales.symmetric(big, inf, bits)
 
 
 def test_a_layer_keeps_only_the_column_layout_where_every_call_takes_q4ic(columns, monkeypatch):
@@ -156,8 +197,10 @@ def test_packed_codes_in_columns_round_trip_and_keep_the_bytes(bits):
 
 
 @pytest.mark.parametrize(
-    "G, layout, bits", [(64, None, 4), (32, None, 4), (32, "k4", 4), (32, "k4", 5), (16, "k6", 6), (16, None, 6)]
-)
+    "G, layout, bits",
+    [(64, None, 4), (32, None, 4), (32, "k4", 4), (32, "k4", 5), (16, "k6", 6), (16, None, 6), (32, "f16sym", 4),
+     (32, "f16sym", 5)],
+)  # fmt: skip
 def test_the_avx2_body_gives_the_vnni_bodys_bits(columns, G, layout, bits):
     """Both bodies sum each group's products exactly in integers (VNNI: ``vpdpbusd``; AVX2: ``vpmaddubsw`` pairs
     added as int16 over 8 chunks, then ``vpmaddwd``) and share the float chain, so an AVX2 host computes what an
@@ -179,14 +222,18 @@ def test_the_avx2_body_gives_the_vnni_bodys_bits(columns, G, layout, bits):
     from test_superblock_scales import kquant
 
     w = weight(64, 512, seed=4, G=G)
-    if layout is not None or bits != 4:  # a K-quant matrix (records: column_records.py), 5-/6-bit codes packed
+    if layout == half_scales.SYMMETRIC:  # Q4_0 / Q5_0
+        w = symmetric(bits, 64, 512, G, seed=4)
+    elif layout is not None or bits != 4:  # a K-quant matrix (records: column_records.py), 5-/6-bit codes packed
         plain, records = kquant({4: "Q4_K", 5: "Q5_K", 6: "Q6_K"}[bits], 64, 512, seed=4)
         w = replace(packed_codes.keep_packed(plain, bits) if bits != 4 else plain, records=records if layout else None)
     kind = f"q{bits}ic"
     x = np.random.default_rng(4).standard_normal((7, 512), dtype=np.float32)
     vnni = tiles.Tiled(kind, w)
     avx2 = tiles.Tiled(kind, w)
-    assert vnni.layout == layout
+    assert vnni.layout == (layout if layout in column_records.LAYOUTS else None)
+    if layout == half_scales.SYMMETRIC:
+        assert vnni.fns == tiles.kernels(kind, G, layout)
     avx2.fns = tuple(at[column_tiles.name(MR, G, layout, bits)] for _, MR in tiles.TILES[kind] for _ in (0, 1))
     avx2.call = avx2.calls([avx2])
     assert avx2.fns != vnni.fns

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from . import HAVE_NUMBA
+from . import HAVE_NUMBA, half_scales
 from .column_dots import _load, _splat, dots_avx2, dots_vnni
 from .float_tiles import PREFETCH
 
@@ -45,8 +45,9 @@ V = "<16 x float>"
 # 9.3-11.5, Q6_K 17.2-17.3 / 12.1-13.8 / 13.4 (q6iw, before the column tiles: 15.0-15.4). The AVX2 body keeps every
 # line at 32 KiB (under FS_ISA=avx2 4 KiB came out within noise: 9.1-12.1 against 9.9-11.2).
 AHEAD = {16: 4096, 8: PREFETCH}
-LAYOUTS = (None, "bf16", "f16")  # scales and biases: float32, bf16 bits or float16 (read as stored); K-quants'
-# super-block records are read too, arranged per 16 rows (column_records.py)
+LAYOUTS = (None, "bf16", "f16", half_scales.SYMMETRIC)  # scales and biases: float32, bf16 bits or float16 (read as
+# stored), float16 scales whose biases follow from them (Q4_0, Q5_0); K-quants' super-block records are read too,
+# arranged per 16 rows (column_records.py)
 
 
 def applies(n: int, k: int, group: int, bits: int = 4) -> bool:
@@ -210,6 +211,9 @@ def microkernel(MR: int, G: int = 64, layout: str | None = None, W: int = 16, bi
     for h in range(halves):
         if layout in column_records.LAYOUTS:  # a K-quant's records, arranged per 16 rows: ps is their address
             L += column_records.scales_and_biases(f"%sv{h}", f"%bv{h}", "%ps", "%g", W, h, layout)
+        elif layout == half_scales.SYMMETRIC:  # Q4_0 / Q5_0: each bias is its scale times -2^(bits-1), exactly
+            L += _scales(f"%sv{h}", "%ps", "%g", "f16", W, h)
+            L += [f"  %bv{h} = fmul {V} %sv{h}, splat (float {-(1 << (bits - 1))}.0)"]
         else:
             L += _scales(f"%sv{h}", "%ps", "%g", layout, W, h) + _scales(f"%bv{h}", "%pb", "%g", layout, W, h)
     for r in range(MR):

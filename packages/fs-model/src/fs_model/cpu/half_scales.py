@@ -16,13 +16,31 @@ reading 16-bit scales and biases computes every element with the bits of the sam
 them (tested per kind in test_tiles.py). Addresses: group g of a weight row whose scales start at ``srow`` and
 biases at ``brow`` lies at ``srow + 2g`` and ``brow + 2g``.
 
+Symmetric groups (``SYMMETRIC``): GGUF's Q4_0 and Q5_0 store one factor per group, and their bias is the factor
+times -2^(bits-1) (-8d, -16d). Where every float16 bias is exactly that product, the column tiles read the scales
+alone and make each bias in a register (one multiplication by a power of two: exact), so a Q4_0 matrix streams
+the file's 0.5625 bytes a weight instead of 0.625 - and every element keeps its bits, since the register holds the
+value the stored bias widens to (``symmetric`` compares them bit for bit, in float32, where the tiles compute).
+
 Which matrices keep 16-bit scales is decided once, at load (``numpy/build.py``: stored so, or float32 values that
 are all float16 values; only where the tiles run every call of the matrix); the row kernels and the non-invariant
 paths get float32 copies (``AffineWeight.widened``).
 """
 
+import numpy as np
+
 LAYOUTS = ("bf16", "f16")  # the ``layout`` values the tile generators and tiles.kernels take for this storage
-FEATURES = {"bf16": (), "f16": ("f16c",)}  # what the widening needs beyond the tile's own features
+SYMMETRIC = "f16sym"  # float16 scales whose biases the column tiles make from them (the module docstring)
+FEATURES = {"bf16": (), "f16": ("f16c",), SYMMETRIC: ("f16c",)}  # what the widening needs beyond the tile's own
+
+
+def symmetric(scales: np.ndarray, biases: np.ndarray, bits: int) -> bool:
+    """Whether every bias is exactly its scale times -2^(bits-1) as float32 (where the tiles compute: a float16
+    bias that overflowed to inf, or was rounded, is not), so that a tile making the product has the stored bits."""
+    if scales.dtype != np.float16 or biases.dtype != np.float16 or scales.shape != biases.shape:
+        return False
+    made = scales.astype(np.float32) * np.float32(-(1 << (bits - 1)))
+    return bool(np.array_equal(made.view(np.uint32), biases.astype(np.float32).view(np.uint32)))
 
 
 def widen(name: str, address: str, layout: str, lanes: int = 1) -> list[str]:

@@ -279,6 +279,8 @@ class Tiled:
                     w = self.w = w.in_columns()
                 codes, ps, pb, sg = w.codes, w.scales.ctypes.data, w.biases.ctypes.data, w.scales.strides[0]
                 outer, inner = k // G, 1
+                if scales == "f16" and half_scales.symmetric(w.scales, w.biases, column_tiles.KINDS[kind]):
+                    scales = half_scales.SYMMETRIC  # Q4_0 / Q5_0: the biases follow from the scales, unread
             if tile_key(kind, G) == "q4iw32":  # a super-block of 256 weights per step
                 outer = k // vnni_superblock.STEP
             if kind in packed_codes.KINDS:  # packed blocks of 64 weights
