@@ -118,8 +118,8 @@ def test_the_engines_packed_steps_run_compiled_with_the_same_bits(checkpoint, mo
 
 @pytest.mark.parametrize("fmt", ["bfloat16", "int4"])
 def test_moe_layers_run_their_attention_compiled_with_the_same_bits(tmp_path, fmt):
-    """Qwen3-MoE: each layer's attention in the compiled halves, then its chosen experts (experts.py); a dense
-    layer (mlp_only_layers) beside the sparse one runs all of it compiled."""
+    """Qwen3-MoE: each layer's attention, router, routing and chosen experts in the compiled halves (routing.py,
+    experts.py) with the bits of the Python path's calls; a dense layer (mlp_only_layers) beside the sparse one."""
     moe = dict(model_type="qwen3_moe", num_experts=4, num_experts_per_tok=2, moe_intermediate_size=128)
     c = preset("tiny", **{**BASE, **SHAPES, **moe, "mlp_only_layers": [0]})
     model = load_model(write_random_checkpoint(tmp_path / "moe", c, seed=4), **(
@@ -127,6 +127,6 @@ def test_moe_layers_run_their_attention_compiled_with_the_same_bits(tmp_path, fm
     for block in model.blocks:
         assert block.plan is not None
         block.compiled_plan = block.plan
-    assert [b.plan.fused_mlp for b in model.blocks] == [True, False]
+    assert [b.plan.fused_mlp for b in model.blocks] == [True, False] and model.blocks[1].plan.moe is not None
     for a, b in zip(run(model, compiled=True), run(model, compiled=False), strict=True):
         assert np.array_equal(a, b)

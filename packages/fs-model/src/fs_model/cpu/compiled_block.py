@@ -16,9 +16,10 @@ whole step takes 15.8. Here a layer is two numba calls and the cache's own write
 The contract is ``InvariantBlock``'s bits: the same compiled kernels (tile_calls._run, fused._rms_rows /
 _norm_rope / _silu_mul, attention._attend) on the same values in the same order, only without Python between
 them; tests/test_compiled_block.py compares every logit against it on every kept format, and the engine's pool.
-A Qwen3-MoE layer runs the first half and the second up to its MLP compiled, then its experts in Python
-(experts.py). Where a step needs anything else - a rotating cache's chunk, a cache gathered from blocks, matrices
-off the tiles - the block takes InvariantBlock's path, so which path ran never shows in a result.
+A Qwen3-MoE layer's second half runs its router, routing (routing.py) and grouped experts (experts.py) in
+place of the MLP, the calls its Python path makes, so the bits are that path's too. Where a step needs anything
+else - a rotating cache's chunk, a cache gathered from blocks, matrices off the tiles - the block takes
+InvariantBlock's path, so which path ran never shows in a result.
 """
 
 import threading
@@ -33,6 +34,7 @@ from . import HAVE_NUMBA
 from .attention import _code_format, _contiguous
 from .attention_calls import kernels
 from .decode_step import FusedMLP, InvariantAttention, InvariantBlock, lead
+from .experts import GroupedMoE
 from .silu_tiles import kernel as silu_kernel
 from .threads import bucket, fan_out
 from .tile_calls import TileCall
@@ -42,7 +44,9 @@ if HAVE_NUMBA:
     from numba.extending import overload
 
     from .attention import _attend
+    from .experts import _experts
     from .fused import _norm_rope, _rms_rows, _to_bf16
+    from .routing import _route
     from .silu_tiles import _silu_mul
     from .tile_calls import _run
 
@@ -101,8 +105,8 @@ if HAVE_NUMBA:
 
     @njit(cache=True)
     def _attention(x, q, K, V, rows, tables, bs, starts, context, pads, scale, fns, wo, ln, eps):  # pragma: no cover
-        """Attention over K, V -> o -> h = x + o, and RMSNorm(h): the second half up to the MLP (a MoE layer's
-        experts take it from here in Python). Where each sequence's keys are: ``attention._attend_impl``'s names."""
+        """Attention over K, V -> o -> h = x + o, and RMSNorm(h): the second half up to the MLP. Where each
+        sequence's keys are: ``attention._attend_impl``'s names."""
         m, H = x.shape
         att = np.empty_like(q)
         _attend(q, K, V, rows, tables, bs, starts, context, pads, scale, fns, att)  # type: ignore[call-arg]
@@ -135,6 +139,21 @@ if HAVE_NUMBA:
         _run(*down, a, d)  # type: ignore[call-arg]
         return h + d
 
+    @njit(cache=True)
+    def _attention_moe(
+        x, q, K, V, rows, tables, bs, starts, context, pads, scale, fns, wo, ln, eps, router, k, norm, gate_up, down,
+        silu, E
+    ):  # fmt: skip  # pragma: no cover
+        """A Qwen3-MoE block's second half: ``_attention``, then the router's logits, ``routing._route`` and the
+        grouped experts (``experts._experts``: gate_up / down their arguments, E experts) -> h + y [m, H]."""
+        h, hn = _attention(x, q, K, V, rows, tables, bs, starts, context, pads, scale, fns, wo, ln, eps)
+        m = x.shape[0]
+        logits = np.empty((m, router[5][0]), np.float32)  # router[5]: the call's output widths (TileCall.args)
+        _run(*router, hn, logits)  # type: ignore[call-arg]
+        top, weight = np.empty((m, k), np.int64), np.empty((m, k), np.float32)
+        _route(logits, k, norm, top, weight)
+        return h + _experts(gate_up, down, silu, E, hn, top, weight)
+
 
 def _call_of(layer: Any) -> TileCall | None:
     """The compiled call a linear layer runs every input on (its tiles, with batch invariance on), else None."""
@@ -145,8 +164,9 @@ def _call_of(layer: Any) -> TileCall | None:
 class _Plan:
     """What a block's two compiled halves need that does not change between steps."""
 
-    def __init__(self, attn: InvariantAttention, mlp: FusedMLP | None):
-        """``mlp`` None: another MLP (a MoE layer's experts) runs in Python after the compiled attention."""
+    def __init__(self, attn: InvariantAttention, mlp: FusedMLP | None, moe: GroupedMoE | None = None):
+        """``mlp`` None: a MoE layer's experts (``moe``, where its router and experts run on the tiles: else in
+        Python after the compiled attention)."""
         self.qkv = [attn.qkv.call] if attn.qkv is not None else [_call_of(w) for w in (attn.wq, attn.wk, attn.wv)]
         self.wo = _call_of(attn.wo)
         self.mlp: list[TileCall | None] = []
@@ -156,6 +176,9 @@ class _Plan:
             self.down = _call_of(mlp.down)
             self.I = mlp.down.shape[1]
         self.fused_mlp = mlp is not None
+        grouped = moe is not None and moe.gate_up is not None and moe.down is not None
+        self.router = _call_of(moe.router) if moe is not None and grouped else None
+        self.moe = moe if self.router is not None and self.router.ns.size == 1 else None
         calls = [*self.qkv, self.wo, *self.mlp, *([self.down] if mlp is not None else [])]
         self.ok = all(c is not None for c in calls)
         self.n = (attn.nh * attn.D, attn.nkv * attn.D, attn.D)
@@ -190,8 +213,9 @@ class CompiledBlock(InvariantBlock):
     def __init__(self, w: dict[str, Any], attention: Any, eps: float, mlp: Any = None):
         super().__init__(w, attention, eps, mlp)
         attn, mlp = self.attn, self.mlp
-        mine = mlp if isinstance(mlp, FusedMLP) else None  # any other MLP (a MoE layer's) runs after, in Python
-        plan = _Plan(attn, mine) if HAVE_NUMBA and isinstance(attn, InvariantAttention) else None
+        mine = mlp if isinstance(mlp, FusedMLP) else None  # else a MoE layer's experts
+        moe = mlp if isinstance(mlp, GroupedMoE) else None
+        plan = _Plan(attn, mine, moe) if HAVE_NUMBA and isinstance(attn, InvariantAttention) else None
         self.plan = plan if plan is not None and plan.ok else None
 
     def __call__(self, x: np.ndarray, tables: Any, cache: Any = None, pad: np.ndarray | None = None) -> np.ndarray:
@@ -217,7 +241,13 @@ class CompiledBlock(InvariantBlock):
         key = ("block-out", p.fused_mlp, p.n, bucket(m), bucket(int(seqs[4].max())))
         fns = p.fns if not isinstance(K, tuple) else kernels(a.D, *_code_format(K, a.D))
         seq = rows, q, K, V, *seqs, a.scale, fns
-        if not p.fused_mlp:  # a MoE layer: the compiled attention, then its experts
+        if p.moe is not None and p.router is not None:  # a MoE layer: router, routing and experts compiled too
+            mo = p.moe
+            assert mo.gate_up is not None and mo.down is not None
+            moe = p.router.args(m), mo.k, mo.normalize, mo.gate_up.args, mo.down.args, mo.silu, len(mo.experts)
+            out = timed(fan_out, key, _attention_moe, *seq, p.wo.args(m), self.norm2, eps, *moe)
+            return out.reshape(B, S, H)  # type: ignore[no-any-return]
+        if not p.fused_mlp:  # a MoE layer off the tiles: the compiled attention, then its experts in Python
             h, hn = timed(fan_out, key, _attention, *seq, p.wo.args(m), self.norm2, eps)
             return h.reshape(B, S, H) + self.mlp(hn.reshape(B, S, H))  # type: ignore[no-any-return]
         assert p.down is not None

@@ -30,9 +30,10 @@ import numpy as np
 
 from ..numpy.linear import Linear, timed
 from ..numpy.mlp import MLP
-from ..numpy.moe import SparseMoE, route
+from ..numpy.moe import SparseMoE
 from . import HAVE_NUMBA
 from .decode_step import FusedMLP
+from .routing import route
 from .silu_tiles import kernel as silu_kernel
 from .threads import bucket, fan_out
 from .tile_loops import BLOCK, panel_set
@@ -145,7 +146,9 @@ def _fused(e: MLP) -> MLP:
 
 
 class GroupedMoE(SparseMoE):
-    """``SparseMoE`` with every chosen expert in one compiled call (the module docstring's contract)."""
+    """``SparseMoE`` with every chosen expert in one compiled call (the module docstring's contract), routed by the
+    compiled ``routing.route`` (the reference's ranking, its values within rounding: routing.py), the one every fast
+    path of the layer calls (compiled_block.py runs router, routing and experts inside the block's second half)."""
 
     def __init__(self, router: Linear, experts: list[MLP], k: int, normalize: bool):
         super().__init__(router, [_fused(e) for e in experts], k, normalize)
