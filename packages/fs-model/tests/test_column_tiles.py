@@ -68,6 +68,15 @@ def test_the_layout_round_trips_and_keeps_the_bytes(G):
     odd = weight(32, 3 * G, seed=5, G=G)  # an odd number of groups: the planar layout's last group is its own
     assert np.array_equal(odd.in_columns().in_rows().codes, odd.codes)
     assert np.array_equal(odd.in_columns().dequantize(), odd.dequantize())
+    # an embedding's lookup reads the rows in place (column_tiles.lookup): every row, any scale storage, the bits
+    # of dequantize - a lane, nibble or pair off by one moves values by whole steps
+    for to in (None, f32_to_bf16, lambda a: a.astype(np.float16)):
+        for m in (w, odd):
+            h = m if to is None else AffineWeight(m.codes, to(m.scales), to(m.biases), 4, G)
+            every = np.arange(h.shape[0])[::-1].reshape(2, -1)
+            got = h.in_columns().rows(every)
+            assert got.shape == (2, h.shape[0] // 2, h.shape[1])
+            assert np.array_equal(got.reshape(h.shape[0], -1)[::-1].view(np.uint32), h.dequantize().view(np.uint32))
 
 
 @pytest.mark.parametrize("G", [64, 32])

@@ -170,6 +170,10 @@ class AffineWeight:
         """Dequantized rows (an embedding lookup)."""
         flat = ids.reshape(-1)
         w = self
+        if self.columns and self.bits == 4 and not self.lazy and HAVE_NUMBA:  # read in place: column_tiles.lookup
+            return column_tiles.lookup(self.codes, self.scales, self.biases, flat, self.group_size).reshape(
+                *ids.shape, self.shape[1]
+            )
         if self.columns:  # the 16-row blocks holding them, back in rows; then each id's own row within its block
             C = column_tiles.COLUMNS
             at = ((flat // C)[:, None] * C + np.arange(C)).reshape(-1)

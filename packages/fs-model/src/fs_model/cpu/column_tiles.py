@@ -83,6 +83,20 @@ if HAVE_NUMBA:
     from numba import njit
 
     @njit(cache=True)
+    def _lookup(codes, blocks, lanes, scales, biases, G, out):  # pragma: no cover - compiled
+        """``lookup``'s rows: input i of lane l lies in pair i // 8 of the lane's block, byte 4l + i % 4, the low
+        nibble for i % 8 < 4, else the high one (the module docstring's layout)."""
+        half = codes.shape[1]
+        flat = codes.reshape(-1)
+        for r in range(blocks.shape[0]):
+            base, l = blocks[r] * COLUMNS * half, lanes[r]
+            for i in range(out.shape[1]):
+                byte = flat[base + (i // 8) * 64 + 4 * l + i % 4]
+                q = byte & 15 if i % 8 < 4 else byte >> 4
+                g = i // G
+                out[r, i] = scales[r, g] * np.float32(q) + biases[r, g]
+
+    @njit(cache=True)
     def _arrange_codes(planar, G, out):  # pragma: no cover - compiled
         """``arrange``'s codes: each block's 16 rows unpacked from the planar layout (affine.py: per pair of groups
         byte j holds input j low and G + j high; an odd last group input j low and G/2 + j high) into one code a
@@ -112,6 +126,29 @@ if HAVE_NUMBA:
                         flat[at + (p * COLUMNS + lane) * 4 + j] = codes[lane, 8 * p + j] | (
                             codes[lane, 8 * p + 4 + j] << 4
                         )
+
+
+def lookup(codes: np.ndarray, scales: np.ndarray, biases: np.ndarray, ids: np.ndarray, G: int) -> np.ndarray:
+    """Rows ``ids`` of a 4-bit matrix in this layout, dequantized (an embedding lookup): float32 [len(ids), k] with
+    the bits of ``dequantize`` (``scale · code + bias`` in float32, two roundings). Only the ids' 16-row blocks are
+    touched - turning a block back to rows first cost ~20 numpy calls a token. ``scales`` / ``biases``: [n, k/G]
+    as this layout keeps them, any of its float dtypes (bf16 bits too: half_scales.py)."""
+    n, k = codes.shape[0], 2 * codes.shape[1]
+    blocks, lanes = ids // COLUMNS, ids % COLUMNS
+    parts = []
+    for a in (scales, biases):  # each id's own [k/G] scales: its lane of its block's [k/G, 16]
+        mine = a.reshape(n // COLUMNS, k // G, COLUMNS)[blocks, :, lanes]
+        parts.append(_widened(mine))
+    out = np.empty((ids.size, k), np.float32)
+    _lookup(codes, blocks, lanes, parts[0], parts[1], G, out)
+    return out
+
+
+def _widened(a: np.ndarray) -> np.ndarray:
+    """float32 values of float32, float16 or bf16-bit (uint16) scales: exact."""
+    if a.dtype == np.uint16:
+        return (a.astype(np.uint32) << 16).view(np.float32)
+    return a.astype(np.float32)
 
 
 def planar(codes: np.ndarray, scales: np.ndarray, biases: np.ndarray, G: int) -> tuple[np.ndarray, ...]:
