@@ -192,6 +192,7 @@ BENCHES = {
     "speculative_llama": ["benchmarks/speculative_llama.py"],
     "attention": ["benchmarks/attention.py"],
     "tile_streaming": ["benchmarks/tile_streaming.py"],
+    "call_cost": ["benchmarks/call_cost.py"],
     "gguf_vs_llama": ["benchmarks/gguf_vs_llama.py"],
     "kquant_speed": ["benchmarks/kquant_speed.py"],
     "moe_speed": ["benchmarks/moe_speed.py"],
