@@ -28,6 +28,8 @@ from typing import Any
 
 import numpy as np
 
+from fs_weights import bf16_to_f32
+
 from . import HAVE_NUMBA, half_scales
 from .column_dots import _load, _splat, dots_avx2, dots_vnni
 from .float_tiles import PREFETCH
@@ -138,17 +140,10 @@ def lookup(codes: np.ndarray, scales: np.ndarray, biases: np.ndarray, ids: np.nd
     parts = []
     for a in (scales, biases):  # each id's own [k/G] scales: its lane of its block's [k/G, 16]
         mine = a.reshape(n // COLUMNS, k // G, COLUMNS)[blocks, :, lanes]
-        parts.append(_widened(mine))
+        parts.append(bf16_to_f32(mine) if mine.dtype == np.uint16 else mine.astype(np.float32))  # exact
     out = np.empty((ids.size, k), np.float32)
     _lookup(codes, blocks, lanes, parts[0], parts[1], G, out)
     return out
-
-
-def _widened(a: np.ndarray) -> np.ndarray:
-    """float32 values of float32, float16 or bf16-bit (uint16) scales: exact."""
-    if a.dtype == np.uint16:
-        return (a.astype(np.uint32) << 16).view(np.float32)
-    return a.astype(np.float32)
 
 
 def planar(codes: np.ndarray, scales: np.ndarray, biases: np.ndarray, G: int) -> tuple[np.ndarray, ...]:
