@@ -9,7 +9,8 @@ them at a large matrix's rate would; a fixed cost per call (the parallel region,
 activations' preparation) would be paid four times a layer. The fit ``time = fixed + bytes / rate`` over the sizes
 separates the two. Enough distinct matrices of each size to pass 80 MB (beyond a last-level cache) are walked in
 turn, so every call reads from memory; best of the rounds, on 1 and 2 threads. The peer is the largest matrix's own
-rate: the fixed part is what the small ones lose against it.
+rate: the fixed part is what the small ones lose against it. The fit is over the rows of 1,024 inputs; o_proj's and
+down_proj's shapes (rows of 2,048 and 3,072) are printed beside them to compare at equal bytes.
 """
 
 import argparse
@@ -23,7 +24,8 @@ from fs_model.cpu.threads import pinned
 from fs_model.cpu.tile_calls import _run
 from fs_weights import f32_to_bf16
 
-SHAPES = [(1024, 1024), (2048, 1024), (4096, 1024), (6144, 1024)]  # 0.6B's k/v, q and o, q|k|v, gate|up
+# 0.6B's k / v, q, q | k | v and gate | up (rows of 1,024 inputs: the fit), then o and down (longer rows)
+SHAPES = [(1024, 1024), (2048, 1024), (4096, 1024), (6144, 1024), (1024, 2048), (1024, 3072)]
 
 
 def matrices(n: int, k: int, rng: np.random.Generator) -> list[AffineLinear]:
@@ -61,13 +63,16 @@ def main() -> None:
                     for a in calls:
                         _run(*a, x, out)
                     best = min(best, (time.perf_counter() - t0) / len(calls))
-            times[T].append(best)
+            if k == SHAPES[0][1]:
+                times[T].append(best)
             row.append(f"{best * 1e6:.1f} | {n * k * 0.5625 / best / 1e9:.1f}")
-        sizes.append(n * k * 0.5625)
+        if k == SHAPES[0][1]:
+            sizes.append(n * k * 0.5625)
         print(f"| {n}×{k} ({kind}) | {n * k * 0.5625 / 1e6:.2f} | {' | '.join(row)} |", flush=True)
     for T in (1, 2):
         rate, fixed = np.polyfit(sizes, times[T], 1)  # seconds per byte, seconds
-        print(f"{T} thread(s): fixed {fixed * 1e6:.1f} µs a call, then {1 / rate / 1e9:.1f} GB/s")
+        fit = f"fixed {fixed * 1e6:.1f} µs a call, then {1 / rate / 1e9:.1f} GB/s"
+        print(f"{T} thread(s), rows of {SHAPES[0][1]} inputs: {fit}")
 
 
 if __name__ == "__main__":
