@@ -292,3 +292,47 @@ def test_float32_scales_narrow_to_float16_only_when_every_value_is_one(tiled):
     assert wide.narrowed() is wide
     third = replace(widened, scales=widened.scales / np.float32(3))  # not float16 values
     assert third.narrowed() is third
+
+
+def _hsum_tree(v):
+    """float_tiles.hsum's order in numpy float32: the low half plus the high half, lane by lane, down to one lane."""
+    v = np.asarray(v, np.float32)
+    while v.shape[-1] > 1:
+        h = v.shape[-1] // 2
+        v = v[..., :h] + v[..., h:]
+    return v[..., 0]
+
+
+@pytest.mark.parametrize("W", [8, 16])
+def test_the_transposing_tree_adds_every_accumulator_by_its_own_tree(tiled, W):
+    """``float_tiles.stores`` sums a tile's accumulators all at once; each sum must be one accumulator's ``hsum``
+    bit for bit (a shuffle that pairs the wrong lanes adds the same numbers in another order: other bits), for
+    every count a tile can have, powers of two or not (padding lanes must not leak into a neighbour's sum)."""
+    import ctypes
+
+    from fs_model.cpu.float_tiles import transposed_sums
+    from fs_model.cpu.llvm_ir import compile_ir
+
+    features = ("avx512f",) if W == 16 else ("avx2", "fma")
+    counts = range(1, W + 1)
+    ir = []
+    for c in counts:
+        L = [f"define void @sums{c}(i64 %pa, i64 %po) {{", "entry:"]
+        for j in range(c):
+            L += [f"  %a{j}.a = add i64 %pa, {4 * W * j}", f"  %a{j}.p = inttoptr i64 %a{j}.a to ptr",
+                  f"  %a{j} = load <{W} x float>, ptr %a{j}.p, align 4"]  # fmt: skip
+        tree, total, width = transposed_sums([f"%a{j}" for j in range(c)], W, "t")
+        assert width >= c
+        L += [*tree, "  %o = inttoptr i64 %po to ptr", f"  store <{width} x float> {total}, ptr %o, align 4"]
+        ir.append("\n".join([*L, "  ret void", "}"]))
+    sig = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_int64)
+    fns = compile_ir("\n".join(ir), features, {f"sums{c}": sig for c in counts})
+    if fns is None:
+        pytest.skip(f"{cpu_name()} has no {'AVX-512' if W == 16 else 'AVX2'}")
+    rng = np.random.default_rng(W)
+    for c in counts:
+        # magnitudes spread over 2^±20: any other pairing of the lanes rounds differently
+        a = (rng.standard_normal((c, W)) * 2.0 ** rng.integers(-20, 20, (c, W))).astype(np.float32)
+        out = np.full(W, np.nan, np.float32)
+        fns[f"sums{c}"](a.ctypes.data, out.ctypes.data)
+        np.testing.assert_array_equal(out[:c].view(np.uint32), _hsum_tree(a).view(np.uint32), err_msg=f"{c} of {W}")

@@ -30,7 +30,7 @@ below -87.3 (where exp's result would be subnormal: at most 1.2e-38 against the 
 import struct
 
 from . import attention_codes
-from .float_tiles import _splat
+from .float_tiles import _splat, transposed_sums
 
 DECLARATIONS = """declare <8 x float> @llvm.fma.v8f32(<8 x float>, <8 x float>, <8 x float>)
 declare <16 x float> @llvm.fma.v16f32(<16 x float>, <16 x float>, <16 x float>)
@@ -98,51 +98,6 @@ def _chunk(name: str, row: str, c: int, W: int, kv: str, key: str) -> list[str]:
         f"  {name}.s = shl <{W} x i32> {name}.z, splat (i32 16)",
         f"  {name} = bitcast <{W} x i32> {name}.s to {_vec(W)}",
     ]
-
-
-def _lanes(idx: list[int]) -> str:
-    return ", ".join(f"i32 {x}" for x in idx)
-
-
-def transposed_sums(accs: list[str], W: int, e: str) -> tuple[list[str], str, int]:
-    """(IR, a vector whose lane j is key j's sum, its width): the NK accumulators ``accs`` (one key each, W lanes)
-    added by ``hsum``'s tree for every key at once. A level pairs vectors: each key's lanes split into a low and a
-    high half, the halves of both vectors gathered side by side and added - a key then takes half as many lanes;
-    once one vector is left, it folds onto itself the same way until a key has one lane."""
-    L: list[str] = []
-    level, keys, width = list(accs), 1, W  # keys per vector, lanes per vector
-    step = 0
-    while len(level) > 1:
-        seg = width // keys  # lanes of one key
-        lo = [k * seg + i for k in range(keys) for i in range(seg // 2)]
-        hi = [x + seg // 2 for x in lo]
-        lo2, hi2 = lo + [width + x for x in lo], hi + [width + x for x in hi]
-        nxt = []
-        for a in range(0, len(level), 2):
-            v = f"%ts{e}_{step}_{a}"
-            idx_lo, idx_hi = ", ".join(f"i32 {x}" for x in lo2), ", ".join(f"i32 {x}" for x in hi2)
-            pair = f"{_vec(width)} {level[a]}, {_vec(width)} {level[a + 1]}"
-            L += [
-                f"  {v}.l = shufflevector {pair}, <{width} x i32> <{idx_lo}>",
-                f"  {v}.h = shufflevector {pair}, <{width} x i32> <{idx_hi}>",
-                f"  {v} = fadd {_vec(width)} {v}.l, {v}.h",
-            ]
-            nxt.append(v)
-        level, keys, step = nxt, keys * 2, step + 1
-    v = level[0]
-    while width > keys:  # one vector: fold each key's lanes onto themselves
-        seg = width // keys
-        lo = [k * seg + i for k in range(keys) for i in range(seg // 2)]
-        hi = [x + seg // 2 for x in lo]
-        half = width // 2
-        n = f"%tf{e}_{step}"
-        L += [
-            f"  {n}.l = shufflevector {_vec(width)} {v}, {_vec(width)} poison, <{half} x i32> <{_lanes(lo)}>",
-            f"  {n}.h = shufflevector {_vec(width)} {v}, {_vec(width)} poison, <{half} x i32> <{_lanes(hi)}>",
-            f"  {n} = fadd {_vec(half)} {n}.l, {n}.h",
-        ]
-        v, width, step = n, half, step + 1
-    return L, v, width
 
 
 def scores(R: int, D: int, W: int, NK: int, kv: str = "f32") -> str:

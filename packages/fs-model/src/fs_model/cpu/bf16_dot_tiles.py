@@ -23,7 +23,7 @@ numpy emulation bit for bit, so the chain is written down, not only whatever the
     microkernel(NR, MR) -> "@bf16d_{NR}x{MR}" with tiles.py's ABI (groups = 1, per_group = k / 32)
 """
 
-from .float_tiles import prefetch, store
+from .float_tiles import prefetch, stores
 
 CHUNK = 32  # weights (and activations) per vdpbf16ps: 64 bytes of each
 FEATURES = ("avx512f", "avx512bw", "avx512bf16")
@@ -65,8 +65,6 @@ def microkernel(NR: int, MR: int) -> str:
         for n, r in pairs
     ]
     L += ["  %tn = add i64 %t, 1", "  %td = icmp sge i64 %tn, %chunks", "  br i1 %td, label %exit, label %loop"]
-    L.append("exit:")
-    for n, r in pairs:
-        L += store(f"%nacc{n}_{r}", None, n, r, 16)
+    L += ["exit:", *stores({(n, r): f"%nacc{n}_{r}" for n, r in pairs}, None, NR, MR, 16)]
     L.append("  ret void")
     return f"define void @bf16d_{NR}x{MR}({ABI}) {{\n" + "\n".join(L) + "\n}\n"

@@ -32,7 +32,7 @@ from collections.abc import Callable
 import numpy as np
 
 from . import HAVE_NUMBA, half_scales
-from .float_tiles import prefetch, store
+from .float_tiles import prefetch, stores
 from .superblock_scales import scale_and_bias
 
 GROUP = 64  # weights per group, = activation quantization group (two 32-byte chunks per group)
@@ -282,9 +282,8 @@ def microkernel(NR: int, MR: int, bits: int = 4, vnni: bool = False, G: int = GR
         L.append(f"  %bs{n}_{r} = phi float [0.0, %entry], [%bs{n}_{r}_{last}, %loop]")
     L += body
     L += ["  %cn = add i64 %c, 1", "  %cd = icmp sge i64 %cn, %groups", "  br i1 %cd, label %exit, label %loop"]
-    L.append("exit:")
-    for n, r in pairs:
-        L += store(f"%acc{n}_{r}_{last}", f"%bs{n}_{r}_{last}", n, r, W)
+    accs = {(n, r): f"%acc{n}_{r}_{last}" for n, r in pairs}
+    L += ["exit:", *stores(accs, {(n, r): f"%bs{n}_{r}_{last}" for n, r in pairs}, NR, MR, W)]
     L.append("  ret void")
     from .tiles import ABI
 

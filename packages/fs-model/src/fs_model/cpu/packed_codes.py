@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from . import half_scales
-from .float_tiles import hsum, prefetch, store
+from .float_tiles import hsum, prefetch, stores
 from .integer_tiles import _entry, _load
 from .superblock_scales import RECORDS, scales_and_biases
 
@@ -207,9 +207,11 @@ def microkernel(NR: int, MR: int, bits: int, vnni: bool, layout: str | None = No
         L += _products(n, r, G, W)
     L += ["  %cn = add i64 %c, 1", "  %cd = icmp sge i64 %cn, %groups", "  br i1 %cd, label %exit, label %loop"]
     L.append("exit:")
+    bsums = {}
     for n, r in pairs:
-        bias, bsum = hsum(f"%bacc{n}_{r}.n", GB, f"b{n}_{r}")
-        L += bias + store(f"%acc{n}_{r}.n", bsum, n, r, W)
+        bias, bsums[n, r] = hsum(f"%bacc{n}_{r}.n", GB, f"b{n}_{r}")
+        L += bias
+    L += stores({(n, r): f"%acc{n}_{r}.n" for n, r in pairs}, bsums, NR, MR, W)
     L.append("  ret void")
     from .tiles import ABI
 

@@ -33,7 +33,7 @@ order), which is why ``tiles.widest`` decides per matrix, once, which of the two
 import numpy as np
 
 from . import half_scales
-from .float_tiles import hsum, prefetch, store
+from .float_tiles import hsum, prefetch, stores
 from .integer_tiles import _entry, _load
 from .superblock_scales import RECORDS, scales_and_biases
 
@@ -123,9 +123,11 @@ def microkernel(NR: int, MR: int, layout: str | None = None) -> str:
     L += _body(NR, MR, layout)
     L += ["  %cn = add i64 %c, 1", "  %cd = icmp sge i64 %cn, %groups", "  br i1 %cd, label %exit, label %loop"]
     L.append("exit:")
+    bsums = {}
     for n, r in pairs:
-        bias, bsum = hsum(f"%bacc{n}_{r}.n", 8, f"b{n}_{r}")
-        L += bias + store(f"%acc{n}_{r}_3", bsum, n, r, 16)
+        bias, bsums[n, r] = hsum(f"%bacc{n}_{r}.n", 8, f"b{n}_{r}")
+        L += bias
+    L += stores({(n, r): f"%acc{n}_{r}_3" for n, r in pairs}, bsums, NR, MR, 16)
     L.append("  ret void")
     name = f"q4iw32{'_' + layout if layout else ''}_{NR}x{MR}"
     return f"define void @{name}({ABI}) {{\n" + "\n".join(L) + "\n}\n"
