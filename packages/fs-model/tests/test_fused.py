@@ -130,3 +130,49 @@ def test_kv_rounding_to_bf16_gives_the_reference_bits():
     k = rng.standard_normal((2, 5, 8, 16), dtype=np.float32).transpose(0, 2, 1, 3)  # not contiguous
     got = fused.to_bf16(k)
     assert got.shape == k.shape and got.flags.c_contiguous and np.array_equal(got, f32_to_bf16(k))
+
+
+def test_a_prompts_elementwise_work_over_the_pool_gives_the_bits_of_one_thread():
+    """From ``threads.PARALLEL_FLOATS`` floats (a prompt) the norms, RoPE, SiLU and the activations' rounding or
+    quantization split their rows over the pool; a decode step's few rows run on one thread. A token must get the
+    same bits either way (else a prompt's K/V would differ from the same tokens decoded one by one), so each pair of
+    compiled twins is run on the same rows; the dispatcher picks the pool at that size (checked on its outputs
+    too)."""
+    from fs_model.cpu import integer_tiles, silu_tiles, threads
+
+    rng = np.random.default_rng(3)
+    m, H, D = 80, 1024, 128
+    assert m * H >= threads.PARALLEL_FLOATS > 8 * H  # a prompt's rows over the pool, a decode batch's not
+    x = (rng.standard_normal((m, H)) * 2.0 ** rng.integers(-8, 8, (m, H))).astype(np.float32)
+    w = rng.standard_normal(H).astype(np.float32)
+    heads = x.reshape(m, H // D, D)
+    cos, sin = rng.standard_normal((2, m, D // 2)).astype(np.float32)
+    eps = np.float32(1e-6)
+    u = rng.standard_normal((m, H)).astype(np.float32)
+    G = integer_tiles.GROUP
+    runs = {
+        "rms": (fused._rms_serial, fused._rms_parallel, fused._rms_rows, (x, w, eps), (np.float32, (m, H))),
+        "norm+rope": (fused._norm_rope_serial, fused._norm_rope_parallel, fused._norm_rope,
+                      (heads, w[:D], eps, cos, sin), (np.float32, heads.shape)),
+        "bf16": (fused._to_bf16_serial, fused._to_bf16_parallel, fused._to_bf16, (x.reshape(-1).view(np.uint32),),
+                 (np.uint16, (m * H,))),
+        "silu": (silu_tiles._silu_serial, silu_tiles._silu_parallel, silu_tiles._silu_mul,
+                 (silu_tiles.kernel(H), x, u), (np.float32, (m, H))),
+        "silu (no IR)": (silu_tiles._silu_serial, silu_tiles._silu_parallel, silu_tiles._silu_mul, (0, x, u),
+                         (np.float32, (m, H))),
+    }  # fmt: skip
+    with threads.pinned(2):
+        for name, (serial, parallel, pick, args, (dtype, shape)) in runs.items():
+            outs = [np.full(shape, 7, dtype) for _ in range(3)]
+            for f, out in zip((serial, parallel, pick), outs, strict=True):
+                f(*args, out)
+            for out in outs[1:]:
+                np.testing.assert_array_equal(out, outs[0], err_msg=name)
+        q = [(np.empty((m, H), np.int8), np.empty((m, H // G), np.float32), np.empty((m, H // G), np.float32))
+             for _ in range(3)]  # fmt: skip
+        for f, out in zip((integer_tiles._quantize_serial, integer_tiles._quantize_parallel,
+                           integer_tiles._quantize_rows), q, strict=True):  # fmt: skip
+            f(x, G, *out)
+        for got in q[1:]:
+            for a, b in zip(got, q[0], strict=True):
+                np.testing.assert_array_equal(a, b, err_msg="int8 activations")

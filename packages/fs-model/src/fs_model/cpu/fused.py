@@ -13,17 +13,17 @@ reference and runs whenever numba is absent, ``FS_REFERENCE_PATH=1`` is set, or 
 import numpy as np
 
 from . import HAVE_NUMBA
+from .threads import PARALLEL_FLOATS, both
 
 if HAVE_NUMBA:
-    from numba import njit
+    from numba import njit, prange
 
     # No fastmath in this module: these kernels are also called from inside other compiled functions
     # (compiled_block.py), where the optimizer would be free to reorder a fast-math sum another way than in a call
     # from Python; strict float32 arithmetic gives every caller the same bits (tests/test_compiled_block.py).
-    @njit(cache=True)
-    def _rms_rows(x, w, eps, out):  # pragma: no cover - compiled
+    def _rms_impl(x, w, eps, out):  # pragma: no cover - compiled
         H = x.shape[1]
-        for r in range(x.shape[0]):
+        for r in prange(x.shape[0]):
             ss = np.float32(0.0)
             for j in range(H):
                 ss += x[r, j] * x[r, j]
@@ -31,12 +31,20 @@ if HAVE_NUMBA:
             for j in range(H):
                 out[r, j] = x[r, j] * inv * w[j]
 
+    _rms_serial, _rms_parallel = both(_rms_impl)
+
     @njit(cache=True)
-    def _norm_rope(x, w, eps, cos, sin, out):  # pragma: no cover - compiled
-        """Per-head RMSNorm then split-half RoPE; x/out [B, heads, D], cos/sin [B, D/2]."""
+    def _rms_rows(x, w, eps, out):  # pragma: no cover - compiled
+        """out = RMSNorm(x) · w row by row, x/out [m, H]: over the pool from PARALLEL_FLOATS floats."""
+        if x.size >= PARALLEL_FLOATS:
+            _rms_parallel(x, w, eps, out)
+        else:
+            _rms_serial(x, w, eps, out)
+
+    def _norm_rope_impl(x, w, eps, cos, sin, out):  # pragma: no cover - compiled
         B, nh, D = x.shape
         half = D // 2
-        for b in range(B):
+        for b in prange(B):
             for h in range(nh):
                 ss = np.float32(0.0)
                 for d in range(D):
@@ -48,15 +56,33 @@ if HAVE_NUMBA:
                     out[b, h, i] = x1 * cos[b, i] - x2 * sin[b, i]
                     out[b, h, i + half] = x1 * sin[b, i] + x2 * cos[b, i]
 
+    _norm_rope_serial, _norm_rope_parallel = both(_norm_rope_impl)
+
     @njit(cache=True)
-    def _to_bf16(u, out):  # pragma: no cover - compiled
-        """fs_weights.f32_to_bf16 in one pass: round to nearest even, NaN -> 0x7FC0 (the same bits, tested)."""
-        for i in range(u.shape[0]):
+    def _norm_rope(x, w, eps, cos, sin, out):  # pragma: no cover - compiled
+        """Per-head RMSNorm then split-half RoPE; x/out [B, heads, D], cos/sin [B, D/2]."""
+        if x.size >= PARALLEL_FLOATS:
+            _norm_rope_parallel(x, w, eps, cos, sin, out)
+        else:
+            _norm_rope_serial(x, w, eps, cos, sin, out)
+
+    def _to_bf16_impl(u, out):  # pragma: no cover - compiled
+        for i in prange(u.shape[0]):
             v = u[i]
             if (v & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000):
                 out[i] = np.uint16(0x7FC0)
             else:
                 out[i] = np.uint16((v + ((v >> np.uint32(16)) & np.uint32(1)) + np.uint32(0x7FFF)) >> np.uint32(16))
+
+    _to_bf16_serial, _to_bf16_parallel = both(_to_bf16_impl)
+
+    @njit(cache=True)
+    def _to_bf16(u, out):  # pragma: no cover - compiled
+        """fs_weights.f32_to_bf16 in one pass: round to nearest even, NaN -> 0x7FC0 (the same bits, tested)."""
+        if u.size >= PARALLEL_FLOATS:
+            _to_bf16_parallel(u, out)
+        else:
+            _to_bf16_serial(u, out)
 
     @njit(cache=True)
     def _quantize_rows(x, bits, gs, bf16, codes, scales, biases):  # pragma: no cover - compiled

@@ -39,13 +39,12 @@ GROUP = 64  # weights per group, = activation quantization group (two 32-byte ch
 GROUPS_4BIT = (32, 64)  # the 4-bit AVX2 tile also takes groups of 32 (one 32-byte chunk per pair of groups)
 
 if HAVE_NUMBA:
-    from numba import njit
+    from numba import njit, prange
 
-    @njit(fastmath=True, cache=True)
-    def _quantize_rows(X, G, XQ, SX, XS):  # pragma: no cover - compiled
-        """Per group of G: SX = max|x|/127, XQ = round(x/SX) in int8, XS = SX·ΣXQ (the bias term's sum of the
-        rounded activations: the integer sum is exact, one rounding in the product)."""
-        for r in range(X.shape[0]):
+    from .threads import PARALLEL_FLOATS, both
+
+    def _quantize_impl(X, G, XQ, SX, XS):  # pragma: no cover - compiled
+        for r in prange(X.shape[0]):
             for g in range(SX.shape[1]):
                 x = X[r, g * G : (g + 1) * G]
                 m = np.float32(0.0)
@@ -60,6 +59,18 @@ if HAVE_NUMBA:
                     q[j] = v
                     t += np.int64(v)
                 SX[r, g], XS[r, g] = scale, scale * np.float32(t)
+
+    _quantize_serial, _quantize_parallel = both(_quantize_impl, fastmath=True)
+
+    @njit(cache=True)
+    def _quantize_rows(X, G, XQ, SX, XS):  # pragma: no cover - compiled
+        """Per group of G: SX = max|x|/127, XQ = round(x/SX) in int8, XS = SX·ΣXQ (the bias term's sum of the
+        rounded activations: the integer sum is exact, one rounding in the product); over the pool from
+        PARALLEL_FLOATS floats."""
+        if X.size >= PARALLEL_FLOATS:
+            _quantize_parallel(X, G, XQ, SX, XS)
+        else:
+            _quantize_serial(X, G, XQ, SX, XS)
 
 
 def quantize_rows(x: np.ndarray, G: int = GROUP) -> tuple[np.ndarray, np.ndarray]:

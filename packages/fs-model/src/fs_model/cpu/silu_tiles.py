@@ -64,25 +64,35 @@ def kernel(I: int) -> int:
 
 
 if HAVE_NUMBA:
-    from numba import njit
+    from numba import njit, prange
 
     from .llvm_ir import call_address
+    from .threads import PARALLEL_FLOATS, both
 
-    @njit(cache=True)
-    def _silu_mul(fn, g, u, out):  # pragma: no cover - compiled
-        """out = silu(g) · u row by row ([m, I], each row contiguous): ``@silu_mul`` at fn, or where fn is 0 mlp.py's
-        float32 operations one element at a time (no fastmath: the same bits in any caller)."""
+    def _silu_impl(fn, g, u, out):  # pragma: no cover - compiled
         m, I = out.shape
         if fn != 0:
             i64 = np.int64
             pg, pu, po = i64(g.ctypes.data), i64(u.ctypes.data), i64(out.ctypes.data)
-            for r in range(m):
+            for r in prange(m):
                 call_address(fn, (pg + r * g.strides[0], pu + r * u.strides[0], po + r * out.strides[0], i64(I)))  # type: ignore[call-arg]
             return
         one = np.float32(1.0)
-        for r in range(m):
+        for r in prange(m):
             for j in range(I):
                 out[r, j] = g[r, j] / (one + np.exp(-g[r, j])) * u[r, j]
+
+    _silu_serial, _silu_parallel = both(_silu_impl)
+
+    @njit(cache=True)
+    def _silu_mul(fn, g, u, out):  # pragma: no cover - compiled
+        """out = silu(g) · u row by row ([m, I], each row contiguous): ``@silu_mul`` at fn, or where fn is 0 mlp.py's
+        float32 operations one element at a time (no fastmath: the same bits in any caller); over the pool from
+        PARALLEL_FLOATS floats."""
+        if out.size >= PARALLEL_FLOATS:
+            _silu_parallel(fn, g, u, out)
+        else:
+            _silu_serial(fn, g, u, out)
 
 
 def silu_mul(g: np.ndarray, u: np.ndarray) -> np.ndarray:

@@ -18,6 +18,7 @@ There is one pool: numba's. OpenBLAS (the float32 reference path) keeps its own,
 
 import threading
 import time
+import types
 from collections.abc import Callable, Hashable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -32,6 +33,11 @@ if HAVE_NUMBA:
 # waits for its core (measured), and only the total counts those stalls.
 PROBES = 8
 REPROBE = 1024  # calls between contests
+# Elementwise work of at least this many floats (a prompt's norms, RoPE, SiLU, its activations' rounding or
+# quantization) is split over the pool by rows; less (a decode step's few rows) stays on the calling thread, where
+# waking the pool would cost more than the work. Measured at a 0.6B bf16 prefill of 512 tokens (Zen 5, 2026-12-07):
+# that serial work was ~3 of a layer's ~10 ms of q/k/v half, one core idle through it (docs/performance.md).
+PARALLEL_FLOATS = 1 << 16
 
 
 class _Contest:
@@ -97,6 +103,19 @@ def fan_out(key: Hashable, kernel: Callable[..., Any], *args: Any) -> Any:
         c.choice = T if pool < one else 1  # a tie goes to one thread: it leaves the other core free
         c.calls = 0
     return out
+
+
+def both(impl: Callable[..., Any], **options: Any) -> tuple[Any, Any]:
+    """(serial, parallel): ``impl``, whose rows are a ``prange``, compiled to run on the calling thread and over the
+    pool (numba's ``options`` for both). Each row's arithmetic is the same loop in both, so which one ran never
+    shows in a bit (tests/test_fused.py); callers take the parallel one from ``PARALLEL_FLOATS`` floats.
+
+    The parallel one compiles a copy of ``impl`` under its own name: numba's disk cache files a function by module
+    and name, not by its compile options, so two dispatchers of one function would load each other's machine code
+    (the "parallel" one ran on one thread, found by the test)."""
+    twin = types.FunctionType(impl.__code__, impl.__globals__, impl.__name__ + "_parallel", impl.__defaults__)
+    twin.__qualname__ = impl.__qualname__ + "_parallel"
+    return numba.njit(cache=True, **options)(impl), numba.njit(parallel=True, cache=True, **options)(twin)
 
 
 def choices() -> dict[Hashable, int]:
