@@ -17,6 +17,7 @@ fs-model wherever it has wheels; ``fs-model[fast]`` elsewhere) and which instruc
 | ``FS_COLUMN_TILES=0`` | on where the tiles run | 4-, 5-, 6-bit codes keep the row tiles, not ``q4ic``, ``q6ic``, … |
 | ``FS_BATCH_INVARIANT=0`` | on | kept-weight models may take M-dependent kernels (BLAS / GEMM prefill, int8 decode) |
 | ``FS_ISA=avx2`` | ``native`` | every kernel is compiled for the AVX2 set (no AVX-512/AMX), as on an AVX2-only host |
+| ``FS_KEEP_HEAP=0`` | on (glibc) | glibc's malloc thresholds stay at their defaults (heap.py says why they move) |
 
 ``FS_ISA`` is the one switch read at import and never after: numba fixes its target machine at the first compile,
 so the restricted feature set must be in its environment (``NUMBA_CPU_NAME`` / ``NUMBA_CPU_FEATURES``) before that.
@@ -27,7 +28,7 @@ One module per kernel family: ``tiles`` (register-tiled kernels for every kept f
 weights as uint16 bits: the layer and its row kernel), ``affine`` (MLX-style 4/8-bit codes: the same),
 ``bf16_gemm`` and ``vnni`` (hand-written LLVM IR, ``llvm_ir``), ``fused`` (the decode step's glue), ``attention``
 (attention over a KV cache, read in place), ``blas`` (BLAS-side helpers: scratch buffers, one OpenBLAS thread),
-``threads`` (how many threads each call fans out to).
+``threads`` (how many threads each call fans out to), ``heap`` (glibc keeps a prompt's freed pages).
 """
 
 import os
@@ -104,6 +105,7 @@ class Switches:
     wide_tiles: bool = True
     superblock_scales: bool = True
     column_tiles: bool = True
+    keep_heap: bool = True
     num_threads: int | None = None
     isa: str = "native"  # read-only after import (see FS_ISA above)
 
@@ -120,6 +122,7 @@ class Switches:
             wide_tiles=env.get("FS_WIDE_TILES", "") != "0",
             superblock_scales=env.get("FS_SUPERBLOCK_SCALES", "") != "0",
             column_tiles=env.get("FS_COLUMN_TILES", "") != "0",
+            keep_heap=env.get("FS_KEEP_HEAP", "") != "0",
             num_threads=int(threads) if threads.isdigit() and int(threads) > 0 else None,
             isa=ISA,
         )
@@ -146,5 +149,10 @@ if HAVE_NUMBA and SWITCHES.num_threads is not None:
 
 if HAVE_NUMBA:
     from . import compile_notice  # noqa: F401  (registers the listener before any kernel compiles)
+
+if HAVE_NUMBA and SWITCHES.keep_heap:  # the compiled steps allocate a prompt's activations per layer: heap.py
+    from .heap import keep_freed_memory
+
+    keep_freed_memory()
 
 __all__ = ["CPU_FEATURES", "CPU_NAME", "FEATURES", "HAVE_NUMBA", "ISA", "SWITCHES", "Switches", "set_threads"]
