@@ -45,9 +45,10 @@ def _chunk(name: str, base: str, stride: str, row: int, fetch: bool) -> list[str
     return [*L, f"  %{name} = load <32 x bfloat>, ptr %{name}.p, align 2"]
 
 
-def microkernel(NR: int, MR: int) -> str:
+def microkernel(NR: int, MR: int, fetch: bool = True) -> str:
     """``@bf16d_{NR}x{MR}``: NR weight rows (bf16 bits at pw, row stride sw bytes) against MR input rows (bf16 bits at
-    px, row stride sx bytes), ``groups · per_group`` chunks of 32; outputs (float32) at po, row stride so."""
+    px, row stride sx bytes), ``groups · per_group`` chunks of 32; outputs (float32) at po, row stride so.
+    ``fetch=False``: ``@bf16d_{NR}x{MR}q``, the same without prefetching the weights (tiles.QUIET says when)."""
     from .tiles import ABI
 
     pairs = [(n, r) for n in range(NR) for r in range(MR)]
@@ -56,7 +57,7 @@ def microkernel(NR: int, MR: int) -> str:
     L += [f"  %acc{n}_{r} = phi <16 x float> [zeroinitializer, %entry], [%nacc{n}_{r}, %loop]" for n, r in pairs]
     L.append(f"  %off = mul i64 %t, {2 * CHUNK}")
     for n in range(NR):
-        L += _chunk(f"w{n}", "%pw", "%sw", n, fetch=True)
+        L += _chunk(f"w{n}", "%pw", "%sw", n, fetch=fetch)
     for r in range(MR):
         L += _chunk(f"x{r}", "%px", "%sx", r, fetch=False)  # the activations: a few KiB, already in cache
     L += [
@@ -67,4 +68,4 @@ def microkernel(NR: int, MR: int) -> str:
     L += ["  %tn = add i64 %t, 1", "  %td = icmp sge i64 %tn, %chunks", "  br i1 %td, label %exit, label %loop"]
     L += ["exit:", *stores({(n, r): f"%nacc{n}_{r}" for n, r in pairs}, None, NR, MR, 16)]
     L.append("  ret void")
-    return f"define void @bf16d_{NR}x{MR}({ABI}) {{\n" + "\n".join(L) + "\n}\n"
+    return f"define void @bf16d_{NR}x{MR}{'' if fetch else 'q'}({ABI}) {{\n" + "\n".join(L) + "\n}\n"

@@ -44,13 +44,15 @@ if HAVE_NUMBA:
     @njit(cache=True)
     def panels(fns, NRs, lo, hi, m, pw, sw, ps, pb, sg, px, sx, pa, sa, po, so, G, P):  # pragma: no cover
         """Input rows 0..m-1 (at px, their side data at pa, their outputs at po) against weight rows lo..hi: panels
-        of 4 rows, then 2, then 1 (every tile computes each element by the same chain). ``fns``/``NRs``: what
+        of 4 rows, then 2, then 1 (every tile computes each element by the same chain); 4-row panels after the
+        first take the quiet tile (tiles.QUIET: the weights are in cache by then). ``fns``/``NRs``: what
         ``panel_set`` gives for m rows."""
-        t4, e4, t2, e2, t1, e1 = fns
+        t4, e4, t2, e2, t1, e1, q4 = fns
         N4, N2, N1 = NRs
         r = 0
         while r + 4 <= m:
-            _panel(t4, e4, N4, lo, hi, pw, sw, ps, pb, sg, px + r * sx, sx, pa + r * sa, sa, po + r * so, so, G, P)
+            t = t4 if r == 0 else q4
+            _panel(t, e4, N4, lo, hi, pw, sw, ps, pb, sg, px + r * sx, sx, pa + r * sa, sa, po + r * so, so, G, P)
             r += 4
         if r + 2 <= m:
             _panel(t2, e2, N2, lo, hi, pw, sw, ps, pb, sg, px + r * sx, sx, pa + r * sa, sa, po + r * so, so, G, P)
@@ -60,10 +62,10 @@ if HAVE_NUMBA:
 
 
 def panel_set(fns: tuple[int, ...], NRs: tuple[int, ...], m: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """(tiles, NRs) that ``panels`` walks for a call of ``m`` rows, from ``kernels``' eight addresses and TILES' four
+    """(tiles, NRs) that ``panels`` walks for a call of ``m`` rows, from ``kernels``' nine addresses and TILES' four
     NRs: the 4-, 2- and 1-row panels, where a call of one row takes its own tile as its 1-row panel (TILES says
-    why). Chosen here, per call, so the compiled ``panels`` loop is the one every call ran before. Either tile gives
-    each element the same bits."""
+    why), and last the 4-row panels' quiet tile. Chosen here, per call, so the compiled ``panels`` loop is the one
+    every call ran before. Every tile gives each element the same bits."""
     if m == 1:
-        return fns[:4] + fns[6:], NRs[:2] + NRs[3:]
-    return fns[:6], NRs[:3]
+        return fns[:4] + fns[6:8] + fns[8:], NRs[:2] + NRs[3:]
+    return fns[:6] + fns[8:], NRs[:3]
