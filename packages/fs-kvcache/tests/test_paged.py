@@ -186,6 +186,13 @@ def test_a_pool_is_mapped_in_small_pages():
     with open("/proc/self/smaps") as f:
         if "THPeligible" not in f.read():
             pytest.skip("this kernel's /proc/self/smaps does not say whether a mapping may take huge pages")
+    try:
+        with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
+            thp = f.read()
+    except OSError:
+        thp = "[never]"
+    if "[never]" in thp:
+        pytest.skip(f"transparent huge pages are off on this host ({thp.strip()}): no mapping may take them")
     store = KVStore(BlockPool(4096, 16), layers=1, kv_heads=8, head_dim=128, dtype=np.uint16)  # 16 MiB a side
     k = store.k[0]
     assert k.shape == (8, 4096 * 16, 128) and not k.any()
