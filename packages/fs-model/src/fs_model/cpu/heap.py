@@ -6,8 +6,8 @@ glibc serves blocks above its mmap threshold with ``mmap`` and returns them on `
 once more than its trim threshold lies free there; both thresholds start at 128 KiB and only grow to twice the
 largest block freed so far. So every layer's blocks came back from the kernel as fresh pages, each 4 KiB one a page
 fault and a zeroing: a Qwen3-0.6B bf16 layer's q/k/v half took 12.3 ms at 512 tokens against 7.3 ms for its parts
-called on kept buffers, and a whole 512-token prefill ran 1.24× faster with the thresholds raised (Zen 5,
-2026-12-07, docs/performance.md).
+called on kept buffers, and a whole 512-token prefill ran 1.14× faster (bf16; int4 1.10×) with the thresholds
+raised here (Zen 5, 2026-12-07, docs/performance.md).
 
 Decision: blocks up to ``MMAP_MAX`` come from the heap, and the heap keeps up to ``TRIM`` bytes free at its top, so a
 prompt's activations reuse the pages the previous layer freed. The cost is resident memory that stays after a long

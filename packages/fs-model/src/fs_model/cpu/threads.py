@@ -35,8 +35,9 @@ PROBES = 8
 REPROBE = 1024  # calls between contests
 # Elementwise work of at least this many floats (a prompt's norms, RoPE, SiLU, its activations' rounding or
 # quantization) is split over the pool by rows; less (a decode step's few rows) stays on the calling thread, where
-# waking the pool would cost more than the work. Measured at a 0.6B bf16 prefill of 512 tokens (Zen 5, 2026-12-07):
-# that serial work was ~3 of a layer's ~10 ms of q/k/v half, one core idle through it (docs/performance.md).
+# waking the pool would cost more than the work. At a 0.6B bf16 prefill of 512 tokens (Zen 5, 2026-12-07) that
+# serial work was ~1.5 ms a layer (RMSNorm 0.28, q/k norm + RoPE 0.72, SiLU 0.31, rounding), one core idle through
+# it; with the tile tree, prefill-512 1.05-1.10x (docs/performance.md).
 PARALLEL_FLOATS = 1 << 16
 
 
