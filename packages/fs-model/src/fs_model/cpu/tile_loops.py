@@ -67,5 +67,5 @@ def panel_set(fns: tuple[int, ...], NRs: tuple[int, ...], m: int) -> tuple[tuple
     why), and last the 4-row panels' quiet tile. Chosen here, per call, so the compiled ``panels`` loop is the one
     every call ran before. Every tile gives each element the same bits."""
     if m == 1:
-        return fns[:4] + fns[6:8] + fns[8:], NRs[:2] + NRs[3:]
+        return fns[:4] + fns[6:], NRs[:2] + NRs[3:]
     return fns[:6] + fns[8:], NRs[:3]
