@@ -102,14 +102,17 @@ def run_measured(argv: list[str]) -> tuple[str, int]:
 
 
 def bench(bindir: Path, gguf: Path, prompt: int, decode: int, threads: int = 2) -> dict:
-    """``llama-bench -p P -n N``, one repetition (callers interleave rounds and keep the best)."""
-    out, rss = run_measured(
-        [bindir / "llama-bench", "-m", gguf, "-p", prompt, "-n", decode, "-t", threads, "-r", 1, "-o", "json"]
-    )
+    """``llama-bench``, one repetition (callers interleave rounds and keep the best): prefill of ``prompt`` tokens
+    (``-p``), ``decode`` steps after a prompt of ``prompt`` tokens (``-n -d``: the context fs and mlx-lm decode at) and
+    from an empty cache (tg at depth 0, llama-bench's usual figure)."""
+    cmd = [bindir / "llama-bench", "-m", gguf, "-t", threads, "-r", 1, "-o", "json"]
+    out, rss = run_measured([*cmd, "-p", prompt, "-n", decode])
+    deep, rss_deep = run_measured([*cmd, "-p", 0, "-n", decode, "-d", prompt])
     rows = json.loads(out)
     pre = next(r["avg_ts"] for r in rows if r["n_prompt"] == prompt and r["n_gen"] == 0)
-    dec = next(r["avg_ts"] for r in rows if r["n_gen"] == decode and r["n_prompt"] == 0)
-    return {"prefill_tps": pre, "decode_tps": dec, "peak_rss": rss}
+    d0 = next(r["avg_ts"] for r in rows if r["n_gen"] == decode and r["n_prompt"] == 0)
+    dec = next(r["avg_ts"] for r in json.loads(deep) if r["n_gen"] == decode and r.get("n_depth") == prompt)
+    return {"prefill_tps": pre, "decode_tps": dec, "decode_d0_tps": d0, "peak_rss": max(rss, rss_deep)}
 
 
 def batched(bindir: Path, gguf: Path, prompt: int, decode: int, batches: list[int], threads: int = 2) -> dict:

@@ -6,7 +6,8 @@ import sys
 from cpu_speed import FS, keep_best, run  # the fs timing code of the main CPU table
 from llama_cpp import bench
 
-HEAD = "| {0} | fs prefill tok/s | llama-bench | ratio | fs decode tok/s | llama-bench | ratio | {1} |"
+# decode after the prompt for both (llama-bench -d), and the ratio from an empty cache (llama_cpp.bench)
+HEAD = "| {0} | fs prefill tok/s | llama-bench | ratio | fs decode tok/s | llama-bench | ratio | from empty | {1} |"
 
 
 def interleaved(files: dict, llama_bin, S: int, N: int, rounds: int, variants: dict | None = None) -> dict[str, dict]:
@@ -28,14 +29,14 @@ def interleaved(files: dict, llama_bin, S: int, N: int, rounds: int, variants: d
 def table(files: dict, best: dict[str, dict], first: str, last: str, extra) -> None:
     """One row per file: tok/s and fs ÷ llama.cpp; ``extra(label, fs_row, llama_row)`` fills the last column."""
     print(HEAD.format(first, last))
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
     for label in files:
         a, b = best.get(f"fs {label}"), best[f"llama.cpp {label}"]
         if a is None:
-            print(f"| {label} | failed | {b['prefill_tps']:.1f} | | failed | {b['decode_tps']:.2f} | | |")
+            print(f"| {label} | failed | {b['prefill_tps']:.1f} | | failed | {b['decode_tps']:.2f} | | | |")
             continue
         print(
             f"| {label} | {a['prefill_tps']:.1f} | {b['prefill_tps']:.1f} | {a['prefill_tps'] / b['prefill_tps']:.2f}× "
             f"| {a['decode_tps']:.2f} | {b['decode_tps']:.2f} | {a['decode_tps'] / b['decode_tps']:.2f}× "
-            f"| {extra(label, a, b)} |"
+            f"| {a['decode_d0_tps'] / b['decode_d0_tps']:.2f}× | {extra(label, a, b)} |"
         )
