@@ -185,6 +185,9 @@ def metal(session: nox.Session) -> None:
 # Every published figure's script, as docs/performance.md runs it (name -> argv after `python`).
 BENCHES = {
     "cpu_speed": ["benchmarks/cpu_speed.py", "--rounds", "3", "--out", "docs/data/cpu_speed.json"],
+    "cpu_speed_avx2": [
+        *("benchmarks/cpu_speed.py", "--prefill", "512", "--batches", "8", "--skip-mlx-lm", "--rounds", "3")
+    ],  # with FS_ISA=avx2 (AVX2_PROXY)
     "weights_io": ["benchmarks/weights_io.py"],
     "gguf_load": ["benchmarks/gguf_load.py"],
     "moe_experts": ["benchmarks/moe_experts.py"],
@@ -223,6 +226,8 @@ BENCHES = {
 # the scripts that take --llama-bin
 PEERS = {"half_scales", "cpu_speed", "engine_serving", "engine_kv_bits", "serve_load", "gguf_vs_llama", "kquant_speed",
          "moe_speed", "speculative_llama", "step_scaling"}  # fmt: skip
+# the AVX2 host kind's proxy on any AVX2 machine: fs under FS_ISA=avx2 against llama.cpp built for AVX2 alone
+AVX2_PROXY = {"cpu_speed_avx2"}
 
 
 @nox.session(default=False)
@@ -239,7 +244,11 @@ def bench(session: nox.Session) -> None:
     bindir = session.run("python", "benchmarks/llama_cpp.py", "--cache", str(cache), silent=True)
     llama = ["--llama-bin", str(bindir).strip().splitlines()[-1]]
     for name in chosen:
-        session.run("python", *BENCHES[name], *(llama if name in PEERS else []), env=ENV | {"RAYON_NUM_THREADS": "1"})
+        peer, env = (llama if name in PEERS else []), ENV | {"RAYON_NUM_THREADS": "1"}
+        if name in AVX2_PROXY:
+            out = session.run("python", "benchmarks/llama_cpp.py", "--cache", str(cache), "--isa", "avx2", silent=True)
+            peer, env = ["--llama-bin", str(out).strip().splitlines()[-1]], env | {"FS_ISA": "avx2"}
+        session.run("python", *BENCHES[name], *peer, env=env)
     session.run("python", "benchmarks/plot_results.py", env=ENV)
 
 

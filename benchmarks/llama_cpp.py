@@ -1,6 +1,6 @@
 """llama.cpp, the peer every CPU figure is measured against: built here, timed by its own tools.
 
-    python benchmarks/llama_cpp.py [--cache DIR]      # build (once) and print the bin directory
+    python benchmarks/llama_cpp.py [--cache DIR] [--isa avx2]     # build (once) and print the bin directory
 
 The source is the vendored tree of a pinned llama-cpp-python sdist (llama.cpp commit 0c1e570), found through
 PyPI's simple index and checked against the SHA-256 pinned below; it is built once with ``GGML_NATIVE=ON`` (the
@@ -40,19 +40,28 @@ CMAKE_FLAGS = (
 )
 
 
-def build(cache: Path) -> Path:
+# llama.cpp as an AVX2-only host runs it (``--isa avx2``): the AVX2 host kind's proxy on an AVX-512 machine, beside
+# fs under FS_ISA=avx2 (the same instructions for both; the memory system stays this machine's)
+AVX2_FLAGS = tuple(f"-DGGML_{f}" for f in ("NATIVE=OFF", "AVX=ON", "AVX2=ON", "FMA=ON", "F16C=ON", "BMI2=ON"))
+
+
+def build(cache: Path, isa: str = "native") -> Path:
     """The directory holding ``TARGETS`` (llama-bench, llama-batched-bench, llama-server, llama-quantize), built on
-    first use."""
-    root = cache / f"llama-cpp-python-{VERSION}-noamx"
-    bindir = root / "build" / "bin"
-    if all((bindir / t).exists() for t in TARGETS):
+    first use; ``isa="avx2"``: llama-bench and llama-batched-bench without AVX-512, in a directory of their own."""
+    root = cache / f"llama-cpp-python-{VERSION}-noamx"  # the source lives here for both builds
+    flags, targets, out = CMAKE_FLAGS, TARGETS, root / "build"
+    if isa == "avx2":
+        flags = tuple(f for f in CMAKE_FLAGS if f != "-DGGML_NATIVE=ON") + AVX2_FLAGS
+        targets, out = TARGETS[:2], cache / f"llama-cpp-python-{VERSION}-avx2" / "build"
+    bindir = out / "bin"
+    if all((bindir / t).exists() for t in targets):
         return bindir
     src = root / "src"
     if not (src / "vendor" / "llama.cpp" / "CMakeLists.txt").exists():
         _unpack(_download(cache), src)
     tree = src / "vendor" / "llama.cpp"
-    subprocess.run(["cmake", "-S", tree, "-B", root / "build", "-G", "Ninja", *CMAKE_FLAGS], check=True)
-    subprocess.run(["cmake", "--build", root / "build", "--target", *TARGETS, "-j2"], check=True)
+    subprocess.run(["cmake", "-S", tree, "-B", out, "-G", "Ninja", *flags], check=True)
+    subprocess.run(["cmake", "--build", out, "--target", *targets, "-j2"], check=True)
     return bindir
 
 
@@ -129,4 +138,6 @@ def batched(bindir: Path, gguf: Path, prompt: int, decode: int, batches: list[in
 if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("--cache", default="/tmp/fs-bench/llama.cpp")
-    print(build(Path(ap.parse_args().cache)))
+    ap.add_argument("--isa", default="native", choices=("native", "avx2"))
+    args = ap.parse_args()
+    print(build(Path(args.cache), args.isa))
