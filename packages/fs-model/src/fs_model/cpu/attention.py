@@ -27,110 +27,16 @@ from .attention_calls import PAD, QUERIES, TILE, kernels
 from .threads import bucket, fan_out
 
 if HAVE_NUMBA:
-    from numba import njit, prange, types
-    from numba.extending import overload
+    from numba import njit, prange
 
-    from .attention_calls import CODED, CODED_QUERIES, _bf16, _coded, _scores_tile, _weighted_tile, _weights
-    from .attention_codes import _dequantize
-    from .llvm_ir import call_address
+    from .attention_calls import CODED, CODED_QUERIES, _bf16, _coded, _scores_tile, _weighted_tile
+    from .attention_groups import _group_head, _groups
+    from .attention_reads import _heads, _query_out, _query_weights, _rows, _tile, _tile_end
 
     # No fastmath in this module: attention is also compiled as a callee of compiled_block.py's halves, and a
     # fast-math sum, max or multiply-add may be vectorized or contracted differently there than in a direct call
     # (a bf16 cache's kernel compiled one way and a float32 one the other differed in the last bit). Strict float32
     # arithmetic gives every caller, and every process reading the other's on-disk cache, the same bits.
-
-    def _tile(K, r, g, at, n, buf):  # pragma: no cover - replaced by the overload below inside compiled code
-        return buf
-
-    @overload(_tile)
-    def _tile_overload(K, r, g, at, n, buf):  # pragma: no cover - compiled
-        """Positions at .. at+n-1 of head g of K[r] as float32 rows [n, D]: float32 rows as they are, bf16 bits
-        widened into ``buf`` in one flat (vectorised) loop - widening row by row measured 1.4× slower - and a
-        quantized cache's triple (codes, scales, biases) dequantized into ``buf``."""
-        if isinstance(K, types.BaseTuple):
-
-            def dequantized(K, r, g, at, n, buf):
-                _dequantize(K[0], K[1], K[2], r, g, at, n, buf, 0)
-                return buf[:n]
-
-            return dequantized
-        if K.dtype == types.uint16:
-
-            def widened(K, r, g, at, n, buf):
-                rows = K[r, g, at : at + n]
-                m = n * rows.shape[1]
-                src, dst = rows.reshape(m), buf.reshape(-1)[:m].view(np.uint32)
-                for i in range(m):
-                    dst[i] = np.uint32(src[i]) << np.uint32(16)
-                return buf[:n]
-
-            return widened
-        return lambda K, r, g, at, n, buf: K[r, g, at : at + n]
-
-    def _rows(K, r, g, at, n):  # pragma: no cover - replaced by the overload below
-        return K
-
-    @overload(_rows)
-    def _rows_overload(K, r, g, at, n):  # pragma: no cover - compiled
-        """Positions at .. at+n-1 of head g of K[r] as stored (a quantized triple: its codes, scales and biases)."""
-        if isinstance(K, types.BaseTuple):
-            return lambda K, r, g, at, n: (K[0][r, g, at : at + n], K[1][r, g, at : at + n], K[2][r, g, at : at + n])
-        return lambda K, r, g, at, n: K[r, g, at : at + n]
-
-    def _heads(K):  # pragma: no cover - replaced by the overload below
-        return K.shape[1]
-
-    @overload(_heads)
-    def _heads_overload(K):  # pragma: no cover - compiled
-        if isinstance(K, types.BaseTuple):
-            return lambda K: K[0].shape[1]
-        return lambda K: K.shape[1]
-
-    @njit(cache=True)
-    def _lanes_max(x, lo, hi, acc):  # pragma: no cover - compiled
-        """max(x[lo:hi]) over 16 lanes (exact in any order: the same value as a loop's); acc: 16 floats of scratch."""
-        for j in range(16):
-            acc[j] = x[lo]
-        t = lo
-        while t + 16 <= hi:
-            for j in range(16):
-                acc[j] = max(acc[j], x[t + j])
-            t += 16
-        for u in range(t, hi):
-            acc[0] = max(acc[0], x[u])
-        return acc.max()
-
-    @njit(cache=True)
-    def _lanes_sum(x, lo, hi, acc):  # pragma: no cover - compiled
-        """Σ x[lo:hi] in one written-down order: lane j adds x[lo + j], x[lo + 16 + j], ...; the tail goes to lane 0;
-        then the lanes in pairs (0+1, 2+3, ...), repeated (16 independent chains: as fast as a vectorized sum, with
-        no reassociation left to the compiler); acc: 16 floats of scratch."""
-        for j in range(16):
-            acc[j] = 0.0
-        t = lo
-        while t + 16 <= hi:
-            for j in range(16):
-                acc[j] += x[t + j]
-            t += 16
-        for u in range(t, hi):
-            acc[0] += x[u]
-        w = 16
-        while w > 1:
-            w //= 2
-            for j in range(w):
-                acc[j] = acc[2 * j] + acc[2 * j + 1]
-        return acc[0]
-
-    @njit(cache=True)
-    def _tile_end(trow, bs, t0, most):  # pragma: no cover - compiled
-        """The end of the tile starting at key t0 (at most ``most``): the end of t0's block, extended over each
-        following block stored right after it (a pool hands out free blocks in increasing order, so a sequence's
-        blocks mostly are: 16-key blocks then cost what one dense run does - a tile's calls cost ~0.7 µs a head, a
-        third of the work at 16 keys). Where tiles end moves no bit: each key's arithmetic is the same in any tile."""
-        end = (t0 // bs + 1) * bs
-        while end < most and trow[end // bs] == trow[end // bs - 1] + 1:
-            end += bs
-        return min(end, most)
 
     @njit(cache=True)
     def _one_head(q, K, V, r, g, G, trow, bs, T, S, first, pad, raw, fns, scale, sbits, out):  # pragma: no cover
@@ -167,14 +73,7 @@ if HAVE_NUMBA:
                 blind = pad >= Ti  # every key masked: equal scores, so a uniform average
                 lo = 0 if blind else pad
                 for j in range((qi - q0) * G, (qi - q0 + 1) * G):
-                    if blind:
-                        s[j, lo:Ti] = 0.0
-                    if fns[10] != 0:  # the row's max in IR (softmax_tiles.row_reduce), else the lanes loop
-                        at = np.int64(s.ctypes.data) + (j * s.shape[1] + lo) * 4
-                        call_address(fns[10], (at, np.int64(Ti - lo), np.int64(mb.ctypes.data)))  # type: ignore[call-arg]
-                    else:
-                        mb[0] = _lanes_max(s[j], lo, Ti, lanes)
-                    _weights(fns, s, p, j, lo, Ti - lo, mb[0], np.int64(mb.view(np.int32)[0]))
+                    _query_weights(fns, s, p, j, lo, Ti, blind, mb, lanes)
             o[:] = 0.0
             t0 = start
             while t0 < Tq:
@@ -189,15 +88,7 @@ if HAVE_NUMBA:
                 Ti = T - S + qi + 1
                 lo = 0 if pad >= Ti else pad
                 for j in range(G):
-                    row = (qi - q0) * G + j
-                    if fns[11] != 0:
-                        at = np.int64(p.ctypes.data) + (row * p.shape[1] + lo) * 4
-                        call_address(fns[11], (at, np.int64(Ti - lo), np.int64(mb.ctypes.data) + 4))  # type: ignore[call-arg]
-                        tot = mb[1]
-                    else:
-                        tot = _lanes_sum(p[row], lo, Ti, lanes)
-                    for d in range(D):
-                        out[first + qi, g * G + j, d] = o[row, d] / tot
+                    _query_out(fns, p, o, (qi - q0) * G + j, lo, Ti, mb, lanes, out, first + qi, g * G + j)
 
     def _attend_impl(q, K, V, rows, tables, bs, starts, context, pads, scale, fns, out):  # pragma: no cover - compiled
         """The queries of n sequences, one after another: q/out [N, nh, D], sequence i's at rows starts[i] ..
@@ -222,10 +113,18 @@ if HAVE_NUMBA:
         bits = np.empty(2, np.float32)
         bits[0] = scale
         sbits = np.int64(bits.view(np.int32)[0])
-        for ig in prange(context.shape[0] * nkv):
-            i, g = ig // nkv, ig % nkv
+        lead, shared = _groups(rows, tables, bs, starts, context, pads)  # decode steps sharing a prefix's blocks
+        items = np.flatnonzero(lead == np.arange(lead.shape[0]))  # a sequence alone, or a group's first
+        for ig in prange(items.shape[0] * nkv):
+            i, g = items[ig // nkv], ig % nkv
             r, T, S, first = rows[i], context[i], starts[i + 1] - starts[i], starts[i]
-            _one_head(q, K, V, r, g, G, tables[i], bs, T, S, first, pads[i], raw, fns, scale, sbits, out)
+            if shared[i] > 0:  # attention_groups.py: the shared tiles read once for every member
+                members = np.flatnonzero(lead == i)
+                _group_head(
+                    q, K, V, r, g, G, tables, members, bs, shared[i], starts, context, raw, fns, scale, sbits, out
+                )
+            else:
+                _one_head(q, K, V, r, g, G, tables[i], bs, T, S, first, pads[i], raw, fns, scale, sbits, out)
 
     _attend = njit(parallel=True, cache=True)(_attend_impl)
 
