@@ -60,7 +60,7 @@ def cpu_speed(r: dict, path: Path) -> None:
     engines = r["engines"]
     fig, axes = plt.subplots(1, 2, figsize=(12, 3.6))
     for ax, key, title in zip(
-        axes, ("decode_tps", "prefill_tps"), ("decode (batch 1)", "prefill, 128 tokens"), strict=True
+        axes, ("decode_tps", "prefill_tps"), ("decode after a 128-token prompt (batch 1)", "prefill, 128 tokens"), strict=True
     ):
         for j, (label, color) in enumerate((("fs", "#2b6cb0"), ("llama.cpp", "#dd6b20"), ("mlx-lm", "#a0aec0"))):
             xs, ys = [], []
