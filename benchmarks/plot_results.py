@@ -59,9 +59,8 @@ def cpu_speed(r: dict, path: Path) -> None:
     formats += [("8-bit", "fs int8", "llama.cpp Q8_0", None), ("4-bit", "fs int4", "llama.cpp Q4_0", None)]
     engines = r["engines"]
     fig, axes = plt.subplots(1, 2, figsize=(12, 3.6))
-    for ax, key, title in zip(
-        axes, ("decode_tps", "prefill_tps"), ("decode after a 128-token prompt (batch 1)", "prefill, 128 tokens"), strict=True
-    ):
+    titles = ("decode after a 128-token prompt (batch 1)", "prefill, 128 tokens")
+    for ax, key, title in zip(axes, ("decode_tps", "prefill_tps"), titles, strict=True):
         for j, (label, color) in enumerate((("fs", "#2b6cb0"), ("llama.cpp", "#dd6b20"), ("mlx-lm", "#a0aec0"))):
             xs, ys = [], []
             for i, f in enumerate(formats):

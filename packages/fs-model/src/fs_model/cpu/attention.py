@@ -13,7 +13,9 @@ blocks, the padding or how its sequence was chunked, so a token attended in a pr
 in a decode step gets the same bits (tested against the reference in test_fused.py, test_paged_step.py and by the
 equality contracts). The arithmetic is attention_tiles.py's register tiles, which read bf16 bits and a quantized
 cache's codes as they load them (attention_codes.py: the floats a dequantized copy holds); where the IR does not
-apply, numba loops read a tile widened into a float32 buffer (``_tile``). Speed: ``benchmarks/attention.py``.
+apply, numba loops read a tile widened into a float32 buffer (``attention_reads._tile``). Decode rows that share
+a prefix's blocks walk those blocks together, each shared tile read once (attention_groups.py), with the same bits.
+Speed: ``benchmarks/attention.py``.
 """
 
 import sys
