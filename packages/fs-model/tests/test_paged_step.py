@@ -211,3 +211,27 @@ def test_where_the_blocks_lie_moves_no_bit(kv):
         rows = np.zeros(len(ctx), np.int64)
         got.append(attention.attend_rows(q, K, Vv, rows, tables, bs, starts, np.array(ctx), np.float32(D**-0.5)))
     assert np.array_equal(got[0], got[1]) and np.array_equal(got[0], got[2])
+
+
+@pytest.mark.kernels
+def test_codes_of_a_head_no_lanes_divide_are_read_through_the_loops():
+    """A head of 12 values takes no IR kernel (neither 8 nor 16 lanes divide it), nor does any head under FS_TILES=0
+    or on a CPU without AVX2 + FMA: a quantized cache is then dequantized a tile at a time for the numba loops, and
+    gives the bits of its float32 copy. Building that kernel table divided by the zero lanes (a ZeroDivisionError
+    from every step over codes: found 2026-12-07 running the attention tests under FS_TILES=0)."""
+    if not cpu.HAVE_NUMBA:
+        pytest.skip("numba is not installed: the fused kernels are tested by `nox -s kernels`")
+    from fs_model.cpu import attention, attention_calls
+    from fs_model.numpy.kv_quant import dequantize_kv, quantize_kv
+
+    D, bits, gs = 12, 8, 4
+    table = attention_calls.kernels(D, bits, gs)
+    assert not table[attention_calls.CODED :].any()  # no kernels over codes: the loops read them
+    rng = np.random.default_rng(12)
+    K, V = (rng.standard_normal((2, 2, 9, D)).astype(np.float32) for _ in "kv")
+    Kq, Vq = quantize_kv(K, bits, gs, False), quantize_kv(V, bits, gs, False)
+    q = rng.standard_normal((2, 4, D)).astype(np.float32)
+    scale = np.float32(D**-0.5)
+    got = attention.attend(q, Kq, Vq, 9, scale, None)
+    want = attention.attend(q, dequantize_kv(Kq, bits, gs), dequantize_kv(Vq, bits, gs), 9, scale, None)
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))

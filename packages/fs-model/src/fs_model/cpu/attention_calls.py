@@ -85,9 +85,11 @@ def kernels(D: int, bits: int = 0, gs: int = 0) -> np.ndarray:
         got: tuple[int, ...] = NONE
         if bits:  # the table without codes, and the four over codes compiled on their own
             base = tuple(int(a) for a in kernels(D)[:CODED])
-            ir, names = _four(D, W, attention_codes.kind(bits, gs))
-            at = _addresses(ir, W, names) if W and base[0] and attention_codes.applies(W, gs) else None
-            got = (*base, *(at[n] for n in names)) if at else (*base, 0, 0, 0, 0)
+            got = (*base, 0, 0, 0, 0)  # no lanes (W = 0: no IR at all) or no whole chunks: the numba loops
+            if W and base[0] and attention_codes.applies(W, gs):
+                ir, names = _four(D, W, attention_codes.kind(bits, gs))
+                at = _addresses(ir, W, names)
+                got = (*base, *(at[n] for n in names)) if at else got
         elif W:
             (f32, names), (bf16, bf16_names) = _four(D, W, "f32"), _four(D, W, "bf16")
             ir = exp_shifted(W) + row_reduce(W, "max") + row_reduce(W, "sum") + f32 + bf16
