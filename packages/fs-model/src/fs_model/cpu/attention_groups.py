@@ -66,6 +66,27 @@ if HAVE_NUMBA:
         _weighted_tile(fns, vt, G, t0, t1, 0, 1, 1, T, 0, p, o)
 
     @njit(cache=True)
+    def _own_tiles(values, walk, X, k, i, s, p, o):  # pragma: no cover - compiled
+        """Member k's (sequence i's) own positions after the shared ones, tile by tile: its scores over keys X
+        (``values`` False, rows of s) or its weighted sums over values X (rows of p and o), read as _one_head reads
+        a single query's. ``walk``: the group's fixed arguments (``_group_head`` builds it)."""
+        fns, q, r, g, G, tables, starts, context, bs, P, raw, buf, scale, sbits = walk
+        trow, T, rows = tables[i], context[i], slice(k * G, (k + 1) * G)
+        t0 = P
+        while t0 < T:
+            t1 = _tile_end(trow, bs, t0, min(T, t0 + TILE))
+            at = trow[t0 // bs] * bs + t0 % bs
+            if not values and raw:
+                _scores_of(fns, q, starts[i], g, G, _rows(X, r, g, at, t1 - t0), t0, t1, T, s[rows], scale, sbits)
+            elif not values:
+                _scores_of(fns, q, starts[i], g, G, _tile(X, r, g, at, t1 - t0, buf), t0, t1, T, s[rows], scale, sbits)
+            elif raw:
+                _weighted_of(fns, _rows(X, r, g, at, t1 - t0), G, t0, t1, T, p[rows], o[rows])
+            else:
+                _weighted_of(fns, _tile(X, r, g, at, t1 - t0, buf), G, t0, t1, T, p[rows], o[rows])
+            t0 = t1
+
+    @njit(cache=True)
     def _group_head(
         q, K, V, r, g, G, tables, members, bs, P, starts, context, raw, fns, scale, sbits, out
     ):  # pragma: no cover
@@ -83,6 +104,7 @@ if HAVE_NUMBA:
         mb = np.empty(2, np.float32)
         lanes = np.empty(16, np.float32)
         lead = tables[members[0]]
+        walk = (fns, q, r, g, G, tables, starts, context, bs, P, raw, buf, scale, sbits)
         # codes: the IR dequantizes per query reading them, buf once for all (attention.py's rule, by members)
         direct = raw and (not _coded(K) or n <= CODED_QUERIES)
         t0 = 0
@@ -101,18 +123,8 @@ if HAVE_NUMBA:
                     _scores_of(fns, q, starts[i], g, G, kw, t0, t1, context[i], s[rows], scale, sbits)
             t0 = t1
         for k in range(n):  # each member's own keys (one query: read as _one_head reads them), its weights
-            i, rows = members[k], slice(k * G, (k + 1) * G)
-            trow, Ti = tables[i], context[i]
-            t0 = P
-            while t0 < Ti:
-                t1 = _tile_end(trow, bs, t0, min(Ti, t0 + TILE))
-                at = trow[t0 // bs] * bs + t0 % bs
-                if raw:
-                    _scores_of(fns, q, starts[i], g, G, _rows(K, r, g, at, t1 - t0), t0, t1, Ti, s[rows], scale, sbits)
-                else:
-                    kw = _tile(K, r, g, at, t1 - t0, buf)
-                    _scores_of(fns, q, starts[i], g, G, kw, t0, t1, Ti, s[rows], scale, sbits)
-                t0 = t1
+            i, Ti = members[k], context[members[k]]
+            _own_tiles(False, walk, K, k, i, s, p, o)
             for j in range(k * G, (k + 1) * G):
                 _query_weights(fns, s, p, j, 0, Ti, False, mb, lanes)
         t0 = 0
@@ -131,16 +143,7 @@ if HAVE_NUMBA:
                     _weighted_of(fns, vw, G, t0, t1, context[members[k]], p[rows], o[rows])
             t0 = t1
         for k in range(n):  # each member's own values after the shared ones (one chain a lane), its outputs
-            i, rows = members[k], slice(k * G, (k + 1) * G)
-            trow, Ti = tables[i], context[i]
-            t0 = P
-            while t0 < Ti:
-                t1 = _tile_end(trow, bs, t0, min(Ti, t0 + TILE))
-                at = trow[t0 // bs] * bs + t0 % bs
-                if raw:
-                    _weighted_of(fns, _rows(V, r, g, at, t1 - t0), G, t0, t1, Ti, p[rows], o[rows])
-                else:
-                    _weighted_of(fns, _tile(V, r, g, at, t1 - t0, buf), G, t0, t1, Ti, p[rows], o[rows])
-                t0 = t1
+            i, Ti = members[k], context[members[k]]
+            _own_tiles(True, walk, V, k, i, s, p, o)
             for j in range(G):
                 _query_out(fns, p, o, k * G + j, 0, Ti, mb, lanes, out, starts[i], g * G + j)
