@@ -174,7 +174,7 @@ def test_k_quant_matrices_read_their_super_block_records_with_the_same_bits(file
     from fs_model.cpu.affine import AffineLinear
 
     if not tiles.applies("bf16", 512):
-        pytest.skip("this CPU has no AVX2 + FMA: the row kernels run, which read the expanded scales")
+        pytest.skip("no tiles (no AVX2 + FMA, or FS_TILES=0): the row kernels run, which read the expanded scales")
     gguf_file, _ = files
     ids = [3, 141, 59, 265, 358, 97]
 
@@ -222,7 +222,7 @@ def test_k_quant_layers_of_mixed_types_run_compiled_with_the_same_bits(files):
     from fs_model.cpu import tiles
 
     if not tiles.applies("bf16", 256):
-        pytest.skip("this CPU has no AVX2 + FMA: no tiles, so the blocks keep the Python path")
+        pytest.skip("no tiles (no AVX2 + FMA, or FS_TILES=0): the blocks keep the Python path")
     gguf_file, _ = files
     model = load_model(gguf_file)
     plans = [b.plan for b in model.blocks]

@@ -34,6 +34,18 @@ def cpu_name() -> str:
     return "this CPU" if ISA == "native" else f"this CPU under FS_ISA={ISA}"
 
 
+def need_tiles(instead: str) -> None:
+    """Skip a test of the IR tiles where ``FS_TILES=0`` turned them off on purpose (``instead``: what runs then, and
+    which tests cover it). A CPU that has AVX2 + FMA and no ``FS_TILES=0`` gets no skip: tiles that fail to compile
+    there fail the test."""
+    import pytest
+
+    from fs_model.cpu import SWITCHES
+
+    if not SWITCHES.tiles:
+        pytest.skip(f"FS_TILES=0 turns the tiles off: {instead}")
+
+
 def config(name: str = "untied-gqa2", **kw) -> Qwen3Config:
     return preset("tiny", **{**BASE, **KNOBS[name], **kw})
 

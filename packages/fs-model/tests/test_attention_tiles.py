@@ -9,6 +9,7 @@ import pytest
 from fs_model import cpu
 from fs_model.cpu import attention, attention_calls, softmax_tiles
 from fs_model.cpu.threads import pinned
+from model_helpers import need_tiles
 
 pytestmark = pytest.mark.kernels
 
@@ -22,6 +23,7 @@ def _numba(reference):
 
 
 def ir(D: int) -> np.ndarray:
+    need_tiles("attention runs its numba loops (test_fused.py, test_paged_step.py)")
     fns = attention_calls.kernels(D)
     if not cpu.FEATURES.issuperset(("avx2", "fma")):  # pragma: no cover - every CI host has AVX2
         pytest.skip("this CPU has no AVX2 + FMA: attention runs its numba loops (tested by test_fused.py)")

@@ -10,7 +10,7 @@ from fs_model.cpu import tiles
 from fs_model.cpu.bf16 import Bf16Linear
 from fs_model.cpu.fused import to_bf16
 from fs_weights import bf16_to_f32, f32_to_bf16
-from model_helpers import cpu_name, rel_err
+from model_helpers import cpu_name, need_tiles, rel_err
 
 pytestmark = pytest.mark.kernels
 
@@ -20,6 +20,7 @@ TINY = 2.0**-126  # float32's smallest normal: the instruction counts anything b
 @pytest.fixture
 def bf16d(reference):
     reference("numba")
+    need_tiles("bf16 weights run the row kernels (test_kernels.py)")
     if tiles.kernels("bf16d") is None:
         assert tiles.widest("bf16", 1024) != "bf16d"
         pytest.skip(f"{cpu_name()} has no AVX512-BF16: bf16 weights run the float32-activation tiles (test_tiles.py)")

@@ -14,7 +14,7 @@ from fs_model import cpu
 from fs_model.cpu import column_records, column_tiles, half_scales, tiles
 from fs_model.cpu.affine import AffineLinear, AffineWeight, _unplanar, quantize_affine
 from fs_weights import f32_to_bf16
-from model_helpers import cpu_name, int8_activation_contract, rel_err
+from model_helpers import cpu_name, int8_activation_contract, need_tiles, rel_err
 
 pytestmark = pytest.mark.kernels
 
@@ -46,8 +46,9 @@ def symmetric(bits, n, k, G, seed=0):
 @pytest.fixture
 def columns(reference):
     reference("numba")
+    need_tiles("4-, 5- and 6-bit weights run the row kernels (test_kernels.py)")
     if tiles.kernels(column_tiles.KIND, 64) is None:
-        pytest.skip(f"{cpu_name()} has no AVX2 + FMA (or FS_TILES=0): no tiles, the row kernels run")
+        pytest.skip(f"{cpu_name()} has no AVX2 + FMA: no tiles, the row kernels run")
 
 
 @pytest.mark.parametrize("G", [64, 32])

@@ -12,7 +12,7 @@ import pytest
 from fs_model import load_model
 from fs_model.cpu import compiled_block, tiles
 from fs_weights import preset, write_random_checkpoint
-from model_helpers import BASE, cpu_name
+from model_helpers import BASE, cpu_name, need_tiles
 
 pytestmark = pytest.mark.kernels
 
@@ -28,6 +28,7 @@ def checkpoint(tmp_path_factory):
 @pytest.fixture(autouse=True)
 def _tiles(reference):
     reference("numba")
+    need_tiles("the blocks keep the Python path")
     if not tiles.applies("bf16", 256):
         pytest.skip(f"{cpu_name()} has no AVX2 + FMA: no tiles, so the blocks keep the Python path")
 

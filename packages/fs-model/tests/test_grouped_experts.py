@@ -7,7 +7,7 @@ import pytest
 
 from fs_model import load_model
 from fs_weights import write_random_checkpoint
-from model_helpers import config, cpu_name
+from model_helpers import config, cpu_name, need_tiles
 
 # 8 experts, 3 per token, and matrices whose k (128) every tile kind takes (4-bit needs two groups of 64)
 MOE = dict(model_type="qwen3_moe", num_experts=8, num_experts_per_tok=3, moe_intermediate_size=128, hidden_size=128,
@@ -38,6 +38,7 @@ def test_grouped_experts_equal_the_per_expert_calls(tmp_path, monkeypatch, name)
     monkeypatch.setattr(cpu.SWITCHES, "int8_activations", int8_activations)
     d = write_random_checkpoint(tmp_path / "m", config(**MOE), seed=7, **stored)
     moe = load_model(d).blocks[0].mlp
+    need_tiles("the reference loop runs (test_tiles.py)")
     if not tiles.applies("bf16", 128):
         pytest.skip(f"{cpu_name()} lacks AVX2 + FMA: no tiles, the reference loop runs (test_tiles.py)")
     assert isinstance(moe, GroupedMoE) and moe.gate_up is not None and moe.down is not None

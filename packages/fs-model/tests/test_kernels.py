@@ -10,7 +10,7 @@ from fs_model.cpu import bf16
 from fs_model.cpu.affine import AffineLinear, quantize_affine
 from fs_model.cpu.bf16 import Bf16Linear
 from fs_weights import bf16_to_f32, f32_to_bf16, write_random_checkpoint
-from model_helpers import config, rel_err
+from model_helpers import config, need_tiles, rel_err
 
 pytestmark = pytest.mark.kernels
 
@@ -190,11 +190,15 @@ def test_the_default_keeps_the_stored_format(tmp_path, monkeypatch, bits):
     assert rel_err(default.forward(ids), f32.forward(ids)) < 1e-2  # bf16 rounding of K/V only
 
 
+SCALES = np.uint16 if cpu.SWITCHES.tiles else np.float32  # bf16 bits where the tiles read them (half_scales.py)
+
+
 @pytest.mark.parametrize("bits", [4, 8])
 def test_bf16_scales_stay_bf16_and_in_memory_beside_copied_codes(tmp_path, bits):
     """An MLX conversion of a bf16 model: its bf16 scales and biases are kept as bf16 (cpu/half_scales.py: no float32
     copies, 1/9 of a 4-bit model's bytes), mapped where the codes are read in place (8-bit) and copied into memory
     where the codes are copied (4-bit, planar), so that the kernel cannot evict them from under a running model."""
+    need_tiles("the row kernels read float32 copies of the scales")
     d = write_random_checkpoint(tmp_path / "q", config("tied"), dtype="bfloat16", quantize=bits)
     model = load_model(d)
     w = model.blocks[0].mlp.down.w  # k = 128: two groups of 64, on the tiles
@@ -214,6 +218,6 @@ def test_quantizing_at_load_is_converting_then_loading(tmp_path, bits):
     d = write_random_checkpoint(tmp_path / "b", config("tied"), dtype="bfloat16")
     q = convert_checkpoint(d, tmp_path / f"q{bits}", quantize=bits)
     at_load, converted = load_model(d, quantize=f"int{bits}"), load_model(q)
-    assert at_load.blocks[0].mlp.down.w.scales.dtype == np.uint16  # k = 128: two groups, on the tiles
+    assert at_load.blocks[0].mlp.down.w.scales.dtype == SCALES  # k = 128: two groups, on the tiles
     ids = [3, 141, 59, 265, 358, 97]
     assert np.array_equal(at_load.forward(ids).view(np.uint32), converted.forward(ids).view(np.uint32))

@@ -12,7 +12,7 @@ import pytest
 from fs_model import cpu
 from fs_model.cpu import packed_codes, tile_calls, tiles
 from fs_model.cpu.affine import AffineLinear
-from model_helpers import int8_activation_contract, rel_err
+from model_helpers import int8_activation_contract, need_tiles, rel_err
 from test_superblock_scales import kquant, replace_records
 
 pytestmark = pytest.mark.kernels
@@ -25,6 +25,7 @@ TYPES = {5: "Q5_K", 6: "Q6_K"}
 @pytest.fixture
 def tiled(reference):
     reference("numba")
+    need_tiles("5- and 6-bit codes keep a byte each on the row kernels")
     if not tiles.applies("q6i", 1024, 16):
         pytest.skip("this CPU has no AVX2 + FMA: 5- and 6-bit codes keep a byte each on the row kernels")
 

@@ -10,6 +10,7 @@ from fs_model import cpu
 from fs_model.cpu import tile_calls, tiles
 from fs_model.cpu.affine import AffineLinear, from_mlx
 from fs_weights.gguf_blocks import BLOCK_BYTES, FORMATS, SUPERBLOCKS, affine_part, superblock_records
+from model_helpers import need_tiles
 
 pytestmark = pytest.mark.kernels
 
@@ -40,6 +41,7 @@ def kquant(kind, n, k, seed=0, edges=False):
 @pytest.fixture
 def tiled(reference):
     reference("numba")
+    need_tiles("the row kernels run, which read the expanded scales")
     if not tiles.applies("bf16", 1024):
         pytest.skip("this CPU has no AVX2 + FMA: the row kernels run, which read the expanded scales")
 

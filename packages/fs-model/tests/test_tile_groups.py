@@ -9,7 +9,7 @@ from fs_model.cpu.affine import AffineLinear, quantize_affine
 from fs_model.cpu.bf16 import Bf16Linear
 from fs_model.cpu.tile_groups import TileGroup
 from fs_weights import f32_to_bf16
-from model_helpers import cpu_name
+from model_helpers import cpu_name, need_tiles
 
 pytestmark = pytest.mark.kernels
 SHAPES = [(256, 128), (64, 128), (37, 128)]  # q, k, v-like: different row counts, one with a partial block
@@ -29,6 +29,7 @@ def layers(fmt, seed=0, shapes=SHAPES):
 @pytest.mark.parametrize("M", [1, 2, 3, 5, 9])
 def test_a_group_gives_each_matrix_its_own_bits(reference, fmt, M, shapes):
     reference("numba")
+    need_tiles("no groups")
     if not tiles.applies("bf16", 128):
         pytest.skip(f"{cpu_name()} has no AVX2 + FMA: no tiles, so no groups")
     parts = layers(fmt, shapes=shapes)
@@ -51,6 +52,7 @@ def test_a_group_gives_each_matrix_its_own_bits(reference, fmt, M, shapes):
 
 def test_no_group_across_formats_or_without_the_tiles(reference):
     reference("numba")
+    need_tiles("no groups")
     if not tiles.applies("bf16", 128):
         pytest.skip(f"{cpu_name()} has no AVX2 + FMA: no tiles, so no groups")
     mixed = [*layers("int8")[:1], *layers("int4")[1:]]

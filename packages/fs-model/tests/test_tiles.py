@@ -9,7 +9,7 @@ from fs_model.cpu.affine import AffineLinear, quantize_affine
 from fs_model.cpu.bf16 import Bf16Linear
 from fs_model.cpu.integer_tiles import quantize_rows, scales_and_sums
 from fs_weights import bf16_to_f32, f32_to_bf16
-from model_helpers import cpu_name, int8_activation_contract, rel_err
+from model_helpers import cpu_name, int8_activation_contract, need_tiles, rel_err
 
 pytestmark = pytest.mark.kernels
 
@@ -29,6 +29,7 @@ def weights(kind, n, k, group=64, seed=0):
 @pytest.fixture
 def tiled(reference):
     reference("numba")
+    need_tiles("the row kernels run (test_kernels.py, test_batch_invariance.py)")
     if not tiles.applies("bf16", 1024):
         pytest.skip(f"{cpu_name()} has no AVX2 + FMA: the row kernels run (test_kernels.py, test_batch_invariance.py)")
 
