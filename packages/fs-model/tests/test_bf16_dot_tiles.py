@@ -9,6 +9,7 @@ from fs_model import cpu
 from fs_model.cpu import tiles
 from fs_model.cpu.bf16 import Bf16Linear
 from fs_model.cpu.fused import to_bf16
+from fs_model.cpu.tile_loops import FETCHING_ROWS
 from fs_weights import bf16_to_f32, f32_to_bf16
 from model_helpers import cpu_name, need_tiles, rel_err
 
@@ -54,12 +55,13 @@ def test_each_element_is_the_written_chain(bf16d):
     n, k = 45, 512  # full 4-row tiles and one-row edges; 16 chunks
     # a wide dynamic range, so that the order of the additions shows in the bits
     w = f32_to_bf16(rng.standard_normal((n, k), dtype=np.float32) * np.exp2(rng.integers(-12, 12, (n, k))))
-    x = rng.standard_normal((13, k), dtype=np.float32) * np.exp2(rng.integers(-12, 12, (13, k))).astype(np.float32)
+    m = FETCHING_ROWS + 5  # a call whose later 4-row panels take the quiet tile (tiles.QUIET), and calls that do not
+    x = rng.standard_normal((m, k), dtype=np.float32) * np.exp2(rng.integers(-12, 12, (m, k))).astype(np.float32)
     got = tiles.Tiled("bf16d", w)(x)
     want = chain(w, to_bf16(x))
     assert np.array_equal(got, want)
     assert not np.array_equal(chain(w, to_bf16(x), odd_first=False), want)  # the data can tell the orders apart
-    for lo, hi in ((0, 6), (5, 8), (12, 13), (3, 7)):  # any panel, any neighbours: the same bits
+    for lo, hi in ((0, 6), (5, 8), (12, 13), (3, 7), (1, 17)):  # any panel, any neighbours: the same bits
         assert np.array_equal(tiles.Tiled("bf16d", w)(x[lo:hi]), got[lo:hi])
 
 

@@ -31,7 +31,7 @@ import numpy as np
 
 from . import HAVE_NUMBA
 from .threads import fan_out
-from .tile_loops import BLOCK, panel_set
+from .tile_loops import BLOCK, FETCHING_ROWS, panel_set
 
 NONE, BF16, INT8, ARRANGED, SUMS = range(5)
 # The calls that read a K-quant's super-block records (tiles.RECORD_KINDS) rather than float32 scales and biases: one
@@ -136,7 +136,8 @@ class TileCall:
             params = np.ascontiguousarray(t[2], np.int64)
             return prep, G, fns, NRs, params, self.ns, self.items, *counts
 
-        self.one, self.many = args(tiles, 1), args(tiles, 2)  # a call of one row; every other M walks one set
+        # a call of one row; of a few (every panel prefetching: tile_loops.FETCHING_ROWS); of more
+        self.one, self.few, self.many = args(tiles, 1), args(tiles, 2), args(tiles, FETCHING_ROWS + 1)
         self.records = (args(single, 1), args(single, 2)) if single is not None else None
 
     def __call__(self, key: Hashable, X: np.ndarray) -> np.ndarray:
@@ -150,4 +151,4 @@ class TileCall:
         """``_run``'s arguments before the input and output, for a call of ``m`` rows."""
         if self.records is not None and m <= RECORD_ROWS:
             return self.records[0] if m == 1 else self.records[1]
-        return self.one if m == 1 else self.many
+        return self.one if m == 1 else self.few if m <= FETCHING_ROWS else self.many

@@ -114,10 +114,11 @@ def tile_key(kind: str, G: int) -> str:
 
 
 # The kinds with a quiet twin of their 4-row panel's tile: the same arithmetic without the weight prefetches, for
-# every 4-row panel of a call after its first. The first panel brings a work item's weight block from memory (the
-# prefetches are what make that fast: tile_streaming, float_tiles.PREFETCH); later panels find it in L2, where each
-# prefetch only takes a load slot: a 4×4 ``bf16d`` tile over 128 rows in cache ran 1.02-1.14x faster without them
-# (0.6B shapes, one thread, Zen 5, 2026-12-07), while taking them out of every panel cost 5-20 % at 16-32 rows.
+# every 4-row panel after its first of a call of more than tile_loops.FETCHING_ROWS rows (a prefill chunk). The
+# first panel brings a work item's weight block from memory (the prefetches are what make that fast:
+# tile_streaming, float_tiles.PREFETCH); later panels find it in L2, where each prefetch only takes a load slot: a
+# 4×4 ``bf16d`` tile over 128 rows in cache ran 1.02-1.14x faster without them (0.6B shapes, one thread, Zen 5,
+# 2026-12-07), while taking them out of every panel cost 5-20 % at 16-32 rows.
 QUIET = ("bf16d",)
 
 
