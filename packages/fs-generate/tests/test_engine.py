@@ -330,6 +330,27 @@ def test_the_engine_equals_generate_at_qwen3_06b_shapes(tmp_path_factory, qwen3_
         assert (h.result().token_ids, h.result().logprobs) == (want.token_ids, want.logprobs)
 
 
+def test_sequences_decoding_together_grow_into_adjacent_blocks(tiny_dir):
+    """The scheduler hands its tables the attention tile's run (scheduler.RUN_POSITIONS / block size): three requests
+    decoding side by side each hold one run of adjacent blocks, not every third block of the pool (where fs-model's
+    attention would read each 16-key block as its own tile)."""
+    from fs_generate.scheduler import RUN_POSITIONS
+    from fs_model.cpu.attention_calls import TILE
+
+    assert RUN_POSITIONS == TILE  # the run is the tile: one decision, written in two layers
+    model, tok = load(tiny_dir)
+    engine = Engine(model, tok, max_batch=3, block_size=16, kv_budget_bytes=64 * model.kv_block_bytes(16))
+    assert engine.scheduler.run == RUN_POSITIONS // 16 == 4
+    hs = [engine.submit(list(range(10 + i, 15 + i)), max_new_tokens=60, eos_token_ids=[]) for i in range(3)]
+    while min(len(h._steps) for h in hs) < 58:
+        engine.step()
+    tables = [r.table.blocks for r in engine.scheduler.running]
+    assert len(tables) == 3 and all(len(t) == 4 for t in tables)
+    assert all(t == list(range(t[0], t[0] + 4)) for t in tables), tables
+    engine.run_until_idle()
+    assert_no_leak(engine)
+
+
 def test_the_worked_example_of_docs_engine_md(fast):
     model, tok = fast
     engine = Engine(model, tok, max_step_tokens=8, block_size=4, kv_budget_bytes=16 * model.kv_block_bytes(4))

@@ -62,6 +62,34 @@ def test_budget_release_and_misuse():
         d.trim(2)
 
 
+def test_tables_growing_together_keep_their_blocks_side_by_side():
+    """Two sequences decoding together ask for a block in turn. Without a run they interleave (0, 2, 4 / 1, 3, 5: every
+    block its own tile for attention); with one (the engine's: its attention tile) each grows into the block after
+    its last, and a fresh table starts where ``run`` blocks are free. A pool too fragmented for that still gives a
+    block: the lowest free one."""
+    from fs_kvcache import BlockTable
+
+    def grow(run, steps):
+        pool = BlockPool(num_blocks=16, block_size=2)
+        tables = [BlockTable(pool, run=run) for _ in range(2)]
+        for _ in range(steps):
+            for t in tables:
+                t.reserve(2, copy=None)
+                t.advance(2)
+        return pool, [t.blocks for t in tables]
+
+    assert grow(1, 3)[1] == [[0, 2, 4], [1, 3, 5]]
+    pool, blocks = grow(4, 5)
+    assert blocks == [[0, 1, 2, 3, 8], [4, 5, 6, 7, 12]]  # a run each; the fifth block starts a fresh run of 4
+    frag = BlockPool(num_blocks=4, block_size=2)
+    held = [frag.allocate() for _ in range(4)]
+    for b in (held[3], held[1]):  # free blocks 3 and 1: no two free side by side
+        frag.decref(b)
+    assert frag.allocate(after=None, run=4) == 1 and frag.allocate(after=0, run=4) == 3
+    with pytest.raises(KVCacheError, match="run must be a positive int"):
+        BlockTable(pool, run=0)
+
+
 class PagedMachine(RuleBasedStateMachine):
     """Random fork / append / trim / release on paged handles: each live handle shows its own history, and when
     every handle is released the pool's free count is back where it started (no leak, no double free)."""

@@ -102,11 +102,12 @@ class BlockPrefixCache:
     def entries(self) -> int:
         return len(self._entries)
 
-    def allocate(self) -> int:
-        """A free block from the pool, evicting the least recently used cache-only block when there is none."""
+    def allocate(self, after: int | None = None, run: int = 1) -> int:
+        """A free block from the pool (``BlockPool.allocate``'s choice), evicting the least recently used
+        cache-only block when there is none."""
         if not self.pool.free_blocks and not self.evict(1):
             return self.pool.allocate()  # nothing evictable: the pool says it is exhausted
-        return self.pool.allocate()
+        return self.pool.allocate(after, run)
 
     def evict(self, n: int) -> int:
         """Free up to ``n`` cache-only blocks, least recently used first; returns how many were freed."""

@@ -11,6 +11,9 @@ Copying the numbers is the storage's job: ``reserve`` calls ``copy(src, dst)`` f
     table.advance(S)
     table.release()                     # every reference back, exactly once
 
+``run``: blocks the table asks the pool to keep side by side (``BlockPool.allocate``: each new block right after
+its last where free, a fresh one where ``run`` blocks are free). The engine passes its attention's tile.
+
 Shared by ``PagedKVCache`` (one layer, its own storage) and the engine (every layer, ``KVStore``).
 """
 
@@ -23,9 +26,11 @@ from .errors import KVCacheError
 
 
 class BlockTable:
-    def __init__(self, pool: Any, prefix: Any = None, blocks: Iterable[int] = ()):
+    def __init__(self, pool: Any, prefix: Any = None, blocks: Iterable[int] = (), run: int = 1):
         """``blocks``: full blocks the caller holds a reference on each of (they become this table's)."""
-        self.pool, self.prefix = pool, prefix
+        if type(run) is not int or run < 1:
+            raise KVCacheError(f"run must be a positive int, got {run!r}")
+        self.pool, self.prefix, self.run = pool, prefix, run
         self.blocks = list(blocks)
         for b in self.blocks:
             if not 0 <= b < pool.num_blocks or pool.refs[b] < 1:
@@ -67,7 +72,7 @@ class BlockTable:
                 self.pool.decref(self.blocks[i])
                 self.blocks[i] = new
         while len(self.blocks) * bs < self.length + n:
-            self.blocks.append(allocate())
+            self.blocks.append(allocate(self.blocks[-1] if self.blocks else None, self.run))
 
     def slots(self, start: int, n: int) -> np.ndarray:
         """Slots of positions ``start .. start+n-1`` (int64 [n]); they must be reserved."""
@@ -100,7 +105,7 @@ class BlockTable:
         self._live()
         for b in self.blocks:
             self.pool.incref(b)
-        child = BlockTable(self.pool, self.prefix, self.blocks)
+        child = BlockTable(self.pool, self.prefix, self.blocks, self.run)
         child.length = self.length
         return child
 

@@ -5,6 +5,7 @@ A block table maps the sequence's positions to pool blocks (position p lives in 
 (copy-on-write). Attention reads through the table: ``key_values`` gathers the blocks into ``[1, H, offset, D]``.
 """
 
+from itertools import islice
 from typing import Any
 
 from .arrays import evaluate, index, zeros
@@ -42,15 +43,34 @@ class BlockPool:
                 f"got {tuple(like.shape)} {like.dtype}"
             )
 
-    def allocate(self) -> int:
+    def allocate(self, after: int | None = None, run: int = 1) -> int:
+        """A free block: ``after + 1`` where it is free (a table growing into the block after its last one), else
+        the lowest free block that starts a free, ``run``-aligned run of ``run`` blocks (room for its table to grow
+        the same way: tables that grow together, an engine step's decode rows, would otherwise interleave block by
+        block, and attention reads adjacent blocks as one run), else the lowest free block. Which block a position
+        gets moves no result."""
         if not self._free:
             raise KVCacheError(
                 f"block pool exhausted: all {self.num_blocks} blocks of {self.block_size} positions "
                 "are in use (raise num_blocks or release sequences)"
             )
-        b = self._free.pop()
+        b = self._pick(after, run)
+        if b == self._free[-1]:
+            self._free.pop()
+        else:
+            self._free.remove(b)
         self.refs[b] = 1
         return b
+
+    def _pick(self, after: int | None, run: int) -> int:
+        refs, n = self.refs, self.num_blocks
+        if after is not None and after + 1 < n and not refs[after + 1]:
+            return after + 1
+        if run > 1:  # the first candidates, lowest first while the stack is in order: a fragmented pool's search
+            for b in islice(reversed(self._free), 256):  # would cost more than adjacency saves
+                if b % run == 0 and b + run <= n and not any(refs[b + 1 : b + run]):
+                    return b
+        return self._free[-1]
 
     def incref(self, b: int) -> None:
         self.refs[b] += 1
