@@ -60,19 +60,27 @@ def apply_repetition_penalty(logits: np.ndarray, history: Sequence[int], penalty
 
 def distribution(logits: np.ndarray, p: SamplingParams) -> np.ndarray:
     """The renormalized float64 distribution sampling draws from (temperature > 0)."""
+    # every step in place where it can be (``logprob`` says why): 1.6 ms a token before, the same bits
+    z = logits.astype(np.float32)
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        z = logits.astype(np.float32) / np.float32(p.temperature)
+        z /= np.float32(p.temperature)
     V = z.shape[0]
-    if not np.isfinite(z.max()):  # T so small (1e-45) that logits / T overflow: the T -> 0 limit is greedy
+    top = z.max()
+    if not np.isfinite(top):  # T so small (1e-45) that logits / T overflow: the T -> 0 limit is greedy
         probs = np.zeros(V)
         probs[int(np.argmax(logits))] = 1.0
         return probs
-    keep = np.ones(V, dtype=bool)
+    keep = None
     if 0 < p.top_k < V:
         order = np.lexsort((np.arange(V), -z))  # by logit descending, ties by lower id
-        keep[:] = False
+        keep = np.zeros(V, dtype=bool)
         keep[order[: p.top_k]] = True
-    probs = np.exp((z - z[keep].max()).astype(np.float64)) * keep
+        top = z[keep].max()
+    z -= top
+    probs = z.astype(np.float64)
+    np.exp(probs, out=probs)
+    if keep is not None:
+        probs *= keep
     probs /= probs.sum()
     if p.top_p < 1.0:
         order = np.lexsort((np.arange(V), -probs))
@@ -84,7 +92,8 @@ def distribution(logits: np.ndarray, p: SamplingParams) -> np.ndarray:
         probs = probs * cut
     if p.min_p > 0.0:
         probs = np.where(probs >= p.min_p * probs.max(), probs, 0.0)
-    return probs / probs.sum()
+    probs /= probs.sum()
+    return probs
 
 
 def penalized(logits: np.ndarray, p: SamplingParams, history: Sequence[int]) -> np.ndarray:
@@ -108,7 +117,9 @@ def top_logprobs(logits: np.ndarray, k: int) -> tuple[tuple[int, float], ...]:
     """The ``k`` most likely tokens of the raw logits with their log-probabilities (as ``logprob``), most likely
     first; equal logits in id order (a stable order, so a response never depends on the sort's whims)."""
     z = logits.astype(np.float64)
-    lse = z.max() + np.log(np.exp(z - z.max()).sum())
+    e = z - z.max()
+    np.exp(e, out=e)  # in place (``logprob`` says why)
+    lse = z.max() + np.log(e.sum())
     k = min(k, z.shape[0])
     cut = np.partition(z, z.shape[0] - k)[z.shape[0] - k]  # the k-th largest: O(V), not a sort of 151,936
     near = np.flatnonzero(z >= cut)  # the top k and whatever ties the k-th
@@ -117,7 +128,12 @@ def top_logprobs(logits: np.ndarray, k: int) -> tuple[tuple[int, float], ...]:
 
 
 def logprob(logits: np.ndarray, token: int) -> float:
-    """log softmax of the raw logits (temperature 1, before any filtering) at ``token``."""
+    """log softmax of the raw logits (temperature 1, before any filtering) at ``token``: ``z[token] - m - log Σ
+    exp(z - m)`` in float64. In place in one float64 copy: each temporary of 151,936 float64 was a fresh 1.2 MB
+    mapping whose first touch faulted its pages in (1.1 ms a token against 0.15, the same bits)."""
     z = logits.astype(np.float64)
     m = z.max()
-    return float(z[token] - m - np.log(np.exp(z - m).sum()))
+    at = z[token] - m
+    z -= m
+    np.exp(z, out=z)
+    return float(at - np.log(z.sum()))
