@@ -119,6 +119,10 @@ ONE_ISA_IS_ENOUGH = [
     # test_batch_invariance.py (~13 s of the AVX2 run's 63, nearly all of it compiling the block for AVX2)
     "packages/fs-model/tests/test_compiled_block.py",
     "packages/fs-model/tests/test_column_tiles.py",  # its AVX2 body is proven bit-equal to the VNNI one there
+    # the cascade walk (which tiles a group reads, in which order) is numba code that only calls the per-ISA
+    # attention kernels test_attention_tiles.py and test_paged_step.py prove twice; ~32 s of the AVX2 run, nearly
+    # all of it compiling the walk's three variants again
+    "packages/fs-model/tests/test_attention_groups.py",
 ]
 
 
