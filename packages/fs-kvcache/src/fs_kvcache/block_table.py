@@ -11,8 +11,9 @@ Copying the numbers is the storage's job: ``reserve`` calls ``copy(src, dst)`` f
     table.advance(S)
     table.release()                     # every reference back, exactly once
 
-``run``: blocks the table asks the pool to keep side by side (``BlockPool.allocate``: each new block right after
-its last where free, a fresh one where ``run`` blocks are free). The engine passes its attention's tile.
+Each new block is the one right after the table's last where that is free (``BlockPool.allocate``); ``run``: a
+fresh block starts a free, run-aligned run of that many, room to grow side by side. The engine passes its
+attention's tile.
 
 Shared by ``PagedKVCache`` (one layer, its own storage) and the engine (every layer, ``KVStore``).
 """
