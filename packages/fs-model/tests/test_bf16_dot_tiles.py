@@ -65,6 +65,26 @@ def test_each_element_is_the_written_chain(bf16d):
         assert np.array_equal(tiles.Tiled("bf16d", w)(x[lo:hi]), got[lo:hi])
 
 
+def test_rows_interleaved_per_4_give_the_row_major_tiles_bits(bf16d, monkeypatch):
+    """A layer on bf16d tiles keeps its weights interleaved per 4 rows (one stream a 4-row tile): every call - one
+    row, a decode batch, a prefill with quiet panels - gives the row-major tiles' bits, and ``rows`` (an embedding's
+    lookup) the stored rows. A row count 4 does not divide keeps the row-major layout; so does FS_BATCH_INVARIANT=0
+    (its other paths read rows)."""
+    rng = np.random.default_rng(5)
+    w = f32_to_bf16(rng.standard_normal((48, 256), dtype=np.float32) * np.exp2(rng.integers(-8, 8, (48, 256))))
+    layer = Bf16Linear(w)
+    assert layer.interleaved and layer.tiles.kind == "bf16di" and not np.array_equal(layer.w, w)  # type: ignore[union-attr]
+    x = rng.standard_normal((FETCHING_ROWS + 5, 256), dtype=np.float32)
+    row_major = tiles.Tiled("bf16d", w)
+    for m in (1, 2, 3, 4, 7, 8, FETCHING_ROWS + 5):
+        assert np.array_equal(layer.matmul(x[:m]).view(np.uint32), row_major(x[:m]).view(np.uint32)), m
+    ids = np.array([[0, 5, 47], [46, 1, 3]])
+    assert np.array_equal(layer.rows(ids), bf16_to_f32(w[ids]))
+    assert not Bf16Linear(w[:46]).interleaved
+    monkeypatch.setattr(cpu.SWITCHES, "batch_invariant", False)
+    assert not Bf16Linear(w).interleaved
+
+
 def test_subnormal_values_count_as_zero(bf16d):
     w = np.zeros((1, 32), np.float32)
     x = np.zeros((1, 32), np.float32)
@@ -86,7 +106,7 @@ def test_the_products_are_the_bf16_rounded_activations_times_the_weights(bf16d):
 
 def test_the_switch_keeps_float32_activations(bf16d, monkeypatch):
     w = f32_to_bf16(np.random.default_rng(2).standard_normal((64, 1024), dtype=np.float32))
-    assert Bf16Linear(w).tiles.kind == "bf16d"  # type: ignore[union-attr]
+    assert Bf16Linear(w).tiles.kind == "bf16di"  # type: ignore[union-attr]
     monkeypatch.setattr(cpu.SWITCHES, "bf16_gemm", False)  # FS_BF16_GEMM=0
     assert Bf16Linear(w).tiles.kind == "bf16w"  # type: ignore[union-attr]
 
@@ -102,5 +122,5 @@ def test_a_moe_router_keeps_float32_activations(bf16d, tmp_path):
     d = write_random_checkpoint(tmp_path / "m", config(**moe), dtype="bfloat16")
     mlp = load_model(d, dtype="bfloat16").blocks[0].mlp
     assert mlp.router.tiles.kind == "bf16w"
-    assert mlp.experts[0].gate.tiles.kind == "bf16d"
+    assert mlp.experts[0].gate.tiles.kind == "bf16di"
     assert not Bf16Linear(mlp.router.w, bf16_activations=False).gemm  # nor the bf16 GEMM (FS_BATCH_INVARIANT=0)

@@ -186,7 +186,7 @@ def test_each_matrix_takes_the_widest_tile_its_shape_allows(tiled, monkeypatch):
     assert rel_err(layer.matmul(x), x.astype(np.float64) @ dense.astype(np.float64).T) < 1e-5
     monkeypatch.setattr(cpu.SWITCHES, "bf16_gemm", True)
     if tiles.kernels("bf16d") is not None:  # AVX512-BF16: bf16 weights take bf16 activations where k splits by 32
-        assert tiles.widest("bf16", 1024) == "bf16d" and Bf16Linear(w).tiles.kind == "bf16d"  # type: ignore[union-attr]
+        assert tiles.widest("bf16", 1024) == "bf16d" and Bf16Linear(w).tiles.kind == "bf16di"  # type: ignore[union-attr]
         assert tiles.widest("bf16", 1040) == "bf16w"  # 1040 = 65 · 16: no chunks of 32
     else:
         assert tiles.widest("bf16", 1024) == "bf16w"

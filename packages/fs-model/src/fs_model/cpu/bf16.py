@@ -12,7 +12,7 @@ import numpy as np
 from fs_weights import bf16_to_f32
 
 from ..numpy.linear import Linear
-from . import HAVE_NUMBA, SWITCHES, bf16_gemm, tiles
+from . import HAVE_NUMBA, SWITCHES, bf16_dot_tiles, bf16_gemm, compile_notice, tiles
 from .blas import SMALL, blocked_matmul
 from .threads import bucket, fan_out
 
@@ -80,15 +80,22 @@ class Bf16Linear(Linear):
         # chain of arithmetic, whatever else is in the call
         self.invariant = SWITCHES.batch_invariant
         self.tiled = tiles.applies("bf16", w.shape[1]) and w.strides[1] == 2
-        self.tiles = tiles.Tiled(tiles.widest("bf16", w.shape[1], 0, bf16_activations), w) if self.tiled else None
+        kind = tiles.widest("bf16", w.shape[1], 0, bf16_activations) if self.tiled else ""
+        # every call on bf16d tiles (batch invariance): the weights interleaved per 4 rows, one stream a tile
+        # (bf16_dot_tiles.interleave says why); kept in that layout only, so no other path may read them as rows
+        self.interleaved = kind == "bf16d" and self.invariant and w.shape[0] % bf16_dot_tiles.ROWS == 0
+        if self.interleaved:
+            compile_notice.expect("bf16 weights")  # the copy's kernel may be the load's first compile
+            self.w, kind = bf16_dot_tiles.interleave(w), "bf16di"
+        self.tiles = tiles.Tiled(kind, self.w) if self.tiled else None
         self.gemm = bf16_gemm.applies(w) and not self.invariant and bf16_activations
 
     def matmul(self, rows: np.ndarray) -> np.ndarray:
+        if self.tiles is not None and (self.interleaved or rows.shape[0] <= SMALL or self.invariant):
+            return self.tiles(rows)
         if not HAVE_NUMBA:
             return rows @ bf16_to_f32(self.w).T
         small = rows.shape[0] <= SMALL
-        if self.tiles is not None and (small or self.invariant):
-            return self.tiles(rows)
         if small or self.invariant:
             return rows_kernel(rows, self.w)
         if self.gemm:
@@ -97,7 +104,7 @@ class Bf16Linear(Linear):
         return blocked_matmul(rows, n, k, lambda a, buf: _widen_rows(self.w, a, buf.view(np.uint32)))
 
     def rows(self, ids: np.ndarray) -> np.ndarray:
-        return bf16_to_f32(self.w[ids])
+        return bf16_to_f32(bf16_dot_tiles.rows_of(self.w, ids) if self.interleaved else self.w[ids])
 
     @property
     def uses_numba_threads(self) -> bool:

@@ -69,6 +69,7 @@ TILES = {
     # AVX-512 (16-wide, kinds named with a trailing w; 32 vector registers): measured like the AVX2 ones
     "bf16w": ((4, 4), (4, 2), (4, 1), (1, 1)),
     "bf16d": ((4, 4), (4, 2), (4, 1), (1, 1)),  # bf16 activations on AVX512-BF16 (bf16_dot_tiles.py)
+    "bf16di": ((4, 4), (4, 2), (4, 1), (4, 1)),  # the same over rows interleaved per 4: one stream, every call
     "q8w": ((2, 4), (4, 2), (4, 1), (1, 1)),
     "q4w": ((2, 4), (2, 2), (4, 1), (4, 1)),  # 1×1 measured no faster for it
     "q4i": ((1, 4), (2, 2), (2, 1), (2, 1)),  # 4-bit codes with int8 activations (integer_tiles.py); 1×1 even
@@ -119,7 +120,7 @@ def tile_key(kind: str, G: int) -> str:
 # tile_streaming, float_tiles.PREFETCH); later panels find it in L2, where each prefetch only takes a load slot: a
 # 4×4 ``bf16d`` tile over 128 rows in cache ran 1.02-1.14x faster without them (0.6B shapes, one thread, Zen 5,
 # 2026-12-07), while taking them out of every panel cost 5-20 % at 16-32 rows.
-QUIET = ("bf16d",)
+QUIET = ("bf16d", "bf16di")
 
 
 def kernels(kind: str, G: int = 0, layout: str | None = None) -> tuple[int, ...] | None:
@@ -149,9 +150,11 @@ def kernels(kind: str, G: int = 0, layout: str | None = None) -> tuple[int, ...]
                 packed_codes.microkernel(a, b, int(kind[1]), vnni, layout) for a, b in unique.values()
             )
             features = VNNI_FEATURES if vnni else features
-        elif kind == "bf16d":
-            ir = bf16_dot_tiles.DECLARATIONS + "".join(bf16_dot_tiles.microkernel(a, b) for a, b in unique.values())
-            ir += bf16_dot_tiles.microkernel(*TILES[kind][0], fetch=False)
+        elif kind in ("bf16d", "bf16di"):
+            il = kind == "bf16di"
+            body = (bf16_dot_tiles.microkernel(a, b, interleaved=il) for a, b in unique.values())
+            ir = bf16_dot_tiles.DECLARATIONS + "".join(body)
+            ir += bf16_dot_tiles.microkernel(*TILES[kind][0], fetch=False, interleaved=il)
             features = bf16_dot_tiles.FEATURES
         elif superblock:
             body = (vnni_superblock.microkernel(a, b, layout) for a, b in unique.values())
@@ -186,7 +189,7 @@ VNNI_FEATURES = ("avx512f", "avx512bw", "avx512vnni")
 def width(kind: str) -> int:
     """Weights per loop chunk of a tile kind: 32 for ``bf16d`` (one ``vdpbf16ps``), 16 for the other AVX-512 kinds (a
     trailing ``w``), else 8."""
-    return bf16_dot_tiles.CHUNK if kind == "bf16d" else 16 if kind.endswith("w") else 8
+    return bf16_dot_tiles.CHUNK if kind in ("bf16d", "bf16di") else 16 if kind.endswith("w") else 8
 
 
 def widest(kind: str, k: int, G: int = 0, bf16_activations: bool = True, layout: str | None = None) -> str:
@@ -277,7 +280,7 @@ class Tiled:
         self.layout: str | None = None
         self.single: tuple[tuple[int, ...], tuple[int, ...]] | None = None  # (fns, weights) reading the records
         scales: str | None = None
-        if kind in ("bf16", "bf16w", "bf16d"):
+        if kind in ("bf16", "bf16w", "bf16d", "bf16di"):
             codes, ps, pb, sg, G, k = w, 0, 0, 0, 0, w.shape[1]
             outer, inner = 1, k // W
         else:
@@ -315,7 +318,7 @@ class Tiled:
         self.counts = (outer, inner)
         self.keys = {m: ("tiles", kind, codes.shape, bucket(m)) for m in range(1, 9)}
         self.prep = (
-            tile_calls.BF16 if kind == "bf16d"
+            tile_calls.BF16 if kind in ("bf16d", "bf16di")
             else tile_calls.ARRANGED if self.family == "q4iw32"
             else tile_calls.INT8 if kind in INTEGER
             else tile_calls.SUMS if kind in ("q8", "q4", "q8w", "q4w")

@@ -118,7 +118,12 @@ def _layer(ckpt: Checkpoint, name: str, dtype: str | None, quantize: str | None)
     # logits pick experts, a discrete choice that one bf16 rounding of a near-tie flips, and it is too small a
     # matrix (E × hidden) for the speed to matter
     router = name.endswith(".mlp.gate.weight")
-    return Bf16Linear(w, bf16_activations=not router) if w.dtype == np.uint16 else DenseLinear(w)
+    if w.dtype != np.uint16:
+        return DenseLinear(w)
+    bf16_layer = Bf16Linear(w, bf16_activations=not router)
+    if bf16_layer.w is not w and ckpt.is_view(name, w):
+        ckpt.release(name)  # kept interleaved (cpu/bf16_dot_tiles.py): the stored pages need not stay resident
+    return bf16_layer
 
 
 def _kept(ckpt: Checkpoint, name: str, dtype: str | None, quantize: str | None) -> Any:
