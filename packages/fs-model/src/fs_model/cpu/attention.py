@@ -25,7 +25,7 @@ import numpy as np
 
 from ..errors import ModelError
 from . import HAVE_NUMBA
-from .attention_calls import PAD, QUERIES, TILE, kernels
+from .attention_calls import QUERIES, TILE, kernels
 from .threads import bucket, fan_out
 
 if HAVE_NUMBA:
@@ -33,7 +33,7 @@ if HAVE_NUMBA:
 
     from .attention_calls import CODED, CODED_QUERIES, _bf16, _coded, _scores_tile, _weighted_tile
     from .attention_groups import _group_head, _groups
-    from .attention_reads import _heads, _query_out, _query_weights, _rows, _tile, _tile_end
+    from .attention_reads import _heads, _query_out, _query_weights, _rows, _scratch, _tile, _tile_end
 
     # No fastmath in this module: attention is also compiled as a callee of compiled_block.py's halves, and a
     # fast-math sum, max or multiply-add may be vectorized or contracted differently there than in a direct call
@@ -45,13 +45,7 @@ if HAVE_NUMBA:
         """``_attend_impl``'s work for one sequence and KV head g: groups of up to QUERIES queries, each group's
         scores tile by tile, its weights, its weighted sums tile by tile, its outputs (scratch arrays per call)."""
         D = q.shape[2]
-        nq = min(S, QUERIES)
-        s = np.empty((nq * G, T + PAD), np.float32)
-        p = np.empty((nq * G, T + PAD), np.float32)
-        o = np.empty((nq * G, D), np.float32)
-        buf = np.empty((TILE, D), np.float32)
-        mb = np.empty(2, np.float32)
-        lanes = np.empty(16, np.float32)
+        s, p, o, buf, mb, lanes = _scratch(min(S, QUERIES) * G, T, D)
         for q0 in range(0, S, QUERIES):  # a group of queries walks the keys together
             q1 = min(S, q0 + QUERIES)
             Tq = T - S + q1  # the group's last query sees keys 0 .. Tq-1

@@ -26,8 +26,8 @@ from . import HAVE_NUMBA
 if HAVE_NUMBA:
     from numba import njit
 
-    from .attention_calls import CODED_QUERIES, PAD, TILE, _coded, _scores_tile, _weighted_tile
-    from .attention_reads import _query_out, _query_weights, _rows, _tile, _tile_end
+    from .attention_calls import CODED_QUERIES, TILE, _coded, _scores_tile, _weighted_tile
+    from .attention_reads import _query_out, _query_weights, _rows, _scratch, _tile, _tile_end
 
     # No fastmath here, as in attention.py (its comment says why).
 
@@ -97,12 +97,7 @@ if HAVE_NUMBA:
         T = 0
         for i in members:
             T = max(T, context[i])
-        s = np.empty((n * G, T + PAD), np.float32)
-        p = np.empty((n * G, T + PAD), np.float32)
-        o = np.zeros((n * G, D), np.float32)
-        buf = np.empty((TILE, D), np.float32)
-        mb = np.empty(2, np.float32)
-        lanes = np.empty(16, np.float32)
+        s, p, o, buf, mb, lanes = _scratch(n * G, T, D)
         lead = tables[members[0]]
         walk = (fns, q, r, g, G, tables, starts, context, bs, P, raw, buf, scale, sbits)
         # codes: the IR dequantizes per query reading them, buf once for all (attention.py's rule, by members)

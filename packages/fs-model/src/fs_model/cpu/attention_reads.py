@@ -2,6 +2,7 @@
 block table, and one query's softmax steps over its row of scores - shared by attention.py's per-sequence walk and
 attention_groups.py's walk of a prefix several sequences share, so both give a query the same bits.
 
+    _scratch(rows, T, D) -> (s, p, o, buf, mb, lanes)      # a walk's scratch arrays
     _rows(K, r, g, at, n) / _tile(K, r, g, at, n, buf)   # positions at .. at+n-1 of head g of row r
     _tile_end(trow, bs, t0, most)                        # where the tile starting at key t0 ends
     _query_weights(fns, s, p, j, lo, Ti, blind, mb, lanes)    # p[j, lo:Ti] = exp(s - max)
@@ -16,7 +17,7 @@ if HAVE_NUMBA:
     from numba import njit, types
     from numba.extending import overload
 
-    from .attention_calls import _weights
+    from .attention_calls import PAD, TILE, _weights
     from .attention_codes import _dequantize
     from .llvm_ir import call_address
 
@@ -68,6 +69,15 @@ if HAVE_NUMBA:
         if isinstance(K, types.BaseTuple):
             return lambda K: K[0].shape[1]
         return lambda K: K.shape[1]
+
+    @njit(cache=True)
+    def _scratch(rows, T, D):  # pragma: no cover - compiled
+        """One walk's scratch for ``rows`` query heads over T keys: scores s and weights p (PAD floats past a row's
+        end: the kernels store whole vectors), weighted sums o (zeros), a widened tile, a max and sum, 16 lanes."""
+        s = np.empty((rows, T + PAD), np.float32)
+        p = np.empty((rows, T + PAD), np.float32)
+        o = np.zeros((rows, D), np.float32)
+        return s, p, o, np.empty((TILE, D), np.float32), np.empty(2, np.float32), np.empty(16, np.float32)
 
     @njit(cache=True)
     def _lanes_max(x, lo, hi, acc):  # pragma: no cover - compiled
