@@ -6,6 +6,7 @@ of another row) changes logits by far more than a bit. Steps it does not cover (
 rotating cache's chunk) take the Python path, and give its bits; a quantized cache or pool (``--kv-bits``) runs
 compiled, its codes written between the halves."""
 
+import numba
 import numpy as np
 import pytest
 
@@ -67,6 +68,29 @@ def test_the_compiled_block_gives_the_python_blocks_bits(checkpoint, monkeypatch
     slow = run(model, compiled=False)
     for i, (a, b) in enumerate(zip(fast, slow, strict=True)):
         assert a.shape == b.shape and np.array_equal(a, b), (fmt, kv_dtype, i, float(np.abs(a - b).max()))
+
+
+def test_one_compiled_variant_of_each_half_whatever_the_batch_or_the_stored_dtype(checkpoint, tmp_path, monkeypatch):
+    """numba compiles a function once per argument types, and a read-only array is another type than a writable
+    one: RoPE rows that are the tables' own view for one row and a copy for two, or norms that are a float32 file's
+    pages and a bf16 file's converted copy, made a batch of two (or the other file) compile each half again, seconds
+    in the middle of a session. One model of each stored dtype, one- and two-row steps: one type of each half."""
+    f32 = write_random_checkpoint(tmp_path / "f32", preset("tiny", **{**BASE, **SHAPES}), seed=3, dtype="float32")
+    seen: dict[str, set[tuple[object, ...]]] = {"in": set(), "out": set()}
+    for half, name in (("in", "_attention_in"), ("out", "_attention_out")):
+        inner = getattr(compiled_block, name)
+
+        def spy(*a, _inner=inner, _half=half):  # type: ignore[no-untyped-def]
+            seen[_half].add(tuple(numba.typeof(x) for x in a))
+            return _inner(*a)
+
+        monkeypatch.setattr(compiled_block, name, spy)
+    for path in (checkpoint, f32):
+        model = load_model(path, dtype="bfloat16", kv_dtype="bfloat16")
+        for block in model.blocks:
+            block.compiled_plan = block.plan
+        run(model, compiled=True)
+    assert len(seen["in"]) == 1 and len(seen["out"]) == 1, seen
 
 
 QUANTIZED = [{"kind": "quantized", "bits": b, "group_size": 32} for b in (8, 4)]

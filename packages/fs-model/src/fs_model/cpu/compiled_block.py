@@ -203,6 +203,8 @@ def _rope_rows(tables: tuple[np.ndarray, np.ndarray], B: int, S: int) -> tuple[n
     rows = cos.shape[0] if cos.ndim == 4 else 1
     got = tuple(np.ascontiguousarray(np.broadcast_to(t.reshape(rows, S, half), (B, S, half)).reshape(B * S, half))
                 for t in (cos, sin))  # fmt: skip
+    for t in got:  # read-only always (one row's are the tables' own broadcast view): one compiled _attention_in
+        t.flags.writeable = False
     _memo.tables, _memo.rows = tables, got
     return got  # type: ignore[return-value]
 

@@ -174,5 +174,9 @@ def _bf16(ckpt: Checkpoint, name: str) -> np.ndarray:
 
 
 def _float32(ckpt: Checkpoint, name: str) -> np.ndarray:
-    """Weights as contiguous float32 in memory (quantized ones dequantized once, at load)."""
-    return np.ascontiguousarray(ckpt.get(name, np.float32, dequantize=True))
+    """Weights as contiguous float32 in memory (quantized ones dequantized once, at load), read-only whether they
+    are the file's own pages or a converted copy: numba types a read-only array apart from a writable one, so a
+    kernel taking norms compiled twice, once per kind of checkpoint (cpu/compiled_block.py: seconds each)."""
+    w = np.ascontiguousarray(ckpt.get(name, np.float32, dequantize=True))
+    w.flags.writeable = False
+    return w
