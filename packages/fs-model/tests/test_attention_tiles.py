@@ -167,3 +167,21 @@ def test_codes_read_in_the_ir_equal_the_dequantized_floats(bits, gs, S):
     pad = np.array([0, 7])
     got = attention.attend(q, K, V, T, np.float32(D**-0.5), pad)
     assert np.array_equal(got, attention.attend(q, floats(K), floats(V), T, np.float32(D**-0.5), pad))
+
+
+@pytest.mark.parametrize("kv", ["f32", "bf16", "q8g32", "q4g64"])
+def test_every_line_of_every_row_read_is_hinted_ahead(kv):
+    """A decode step reads its cache as many short runs, one per sequence and KV head, faster than the hardware
+    prefetcher follows them (attention_tiles.AHEAD says by how much): each step of the scores and weighted loops
+    hints each line of each row it reads, AHEAD bytes on. A hint of the row itself, or of one line a row, would
+    change no bit: only this catches it."""
+    from fs_model.cpu import attention_tiles as at
+
+    D, W, NK, C = 128, 16, 8, 8
+    stored = {"f32": 4 * D, "bf16": 2 * D, "q8g32": D, "q4g64": D // 2}[kv]
+    for text, rows in ((at.scores(2, D, W, NK, kv), NK), (at.weighted(2, C, W, kv), 1)):
+        hints = [line for line in text.splitlines() if "@llvm.prefetch" in line]
+        offsets = [int(line.rsplit(", ", 1)[1]) for line in text.splitlines() if line.strip().startswith("%p")
+                   and ".a = add i64" in line and ("%pk" in line or "%pv" in line)]  # fmt: skip
+        assert len(hints) == rows * max(1, stored // 64), (kv, len(hints))
+        assert sorted(set(offsets)) == [at.AHEAD + 64 * j for j in range(max(1, stored // 64))]

@@ -168,18 +168,19 @@ def _weights(kind: str, n: int, W: int) -> list[str]:
     return lines + [f"  %w{n}_{h} = uitofp <{W} x i8> {c} to <{W} x float>" for h, c in enumerate(planes)]
 
 
-def prefetch(name: str, address: str, nbytes: int = LINE) -> list[str]:
-    """Hint the lines of the ``nbytes`` bytes PREFETCH bytes past ``address`` into the cache (read, data, LOCALITY:
-    L2): one hint per 64-byte line a loop step reads. A step of two lines with one hint left every other line to the
-    hardware prefetcher, which stops at each 4 KiB page: the VNNI tile for groups of 32 (128 code bytes a step)
-    streamed a Q4_K matrix at 21-22 GB/s, with both lines hinted at 29-32 (docs/performance.md)."""
-    if not PREFETCH:
+def prefetch(name: str, address: str, nbytes: int = LINE, ahead: int | None = None) -> list[str]:
+    """Hint the lines of the ``nbytes`` bytes ``ahead`` (default PREFETCH) bytes past ``address`` into the cache
+    (read, data, LOCALITY: L2): one hint per 64-byte line a loop step reads. A step of two lines with one hint left
+    every other line to the hardware prefetcher, which stops at each 4 KiB page: the VNNI tile for groups of 32 (128
+    code bytes a step) streamed a Q4_K matrix at 21-22 GB/s, with both lines hinted at 29-32 (docs/performance.md)."""
+    ahead = PREFETCH if ahead is None else ahead
+    if not ahead:
         return []
     L = []
     for j in range(max(1, nbytes // LINE)):
         t = f"{name}{'' if j == 0 else f'.{j}'}"
         L += [
-            f"  {t}.a = add i64 {address}, {PREFETCH + j * LINE}",
+            f"  {t}.a = add i64 {address}, {ahead + j * LINE}",
             f"  {t}.p = inttoptr i64 {t}.a to ptr",
             f"  call void @llvm.prefetch.p0(ptr {t}.p, i32 0, i32 {LOCALITY}, i32 1)",
         ]
