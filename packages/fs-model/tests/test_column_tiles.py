@@ -225,6 +225,8 @@ def test_the_avx2_body_gives_the_vnni_bodys_bits(columns, G, layout, bits):
     MRs = sorted({MR for _, MR in tiles.TILES[column_tiles.KIND]})
     ir = integer_tiles.DECLARATIONS + column_tiles.source(MRs, G, layout, 8, bits)
     names = [column_tiles.name(MR, G, layout, bits) for MR in MRs]
+    ir += column_tiles.microkernel(4, G, layout, 8, bits, lead=True)  # a few-row call's later 4-row panels
+    names.append(lead := column_tiles.name(4, G, layout, bits, lead=True))
     fns = compile_ir(ir, ("avx2", "fma"), dict.fromkeys(names, tiles._SIG))
     assert fns is not None
     at = {n: ctypes.cast(fns[n], ctypes.c_void_p).value for n in names}
@@ -238,15 +240,34 @@ def test_the_avx2_body_gives_the_vnni_bodys_bits(columns, G, layout, bits):
         plain, records = kquant({4: "Q4_K", 5: "Q5_K", 6: "Q6_K"}[bits], 64, 512, seed=4)
         w = replace(packed_codes.keep_packed(plain, bits) if bits != 4 else plain, records=records if layout else None)
     kind = f"q{bits}ic"
-    x = np.random.default_rng(4).standard_normal((7, 512), dtype=np.float32)
+    x = np.random.default_rng(4).standard_normal((9, 512), dtype=np.float32)
     vnni = tiles.Tiled(kind, w)
     avx2 = tiles.Tiled(kind, w)
     assert vnni.layout == (layout if layout in column_records.LAYOUTS else None)
     if layout == half_scales.SYMMETRIC:
         assert vnni.fns == tiles.kernels(kind, G, layout)
     avx2.fns = tuple(at[column_tiles.name(MR, G, layout, bits)] for _, MR in tiles.TILES[kind] for _ in (0, 1))
-    avx2.fns += avx2.fns[:1]  # no quiet twin (tiles.QUIET): the 4-row tile again
+    avx2.fns += (avx2.fns[0], at[lead])  # no quiet twin (tiles.QUIET): the 4-row tile again; the one hinting ahead
     avx2.call = avx2.calls([avx2])
     assert avx2.fns != vnni.fns
-    for m in (7, 1):
+    for m in (9, 7, 1):  # 9: a second 4-row panel (the tile hinting the next block), 7: then 2 and 1 rows
         assert np.array_equal(avx2(x[:m]), vnni(x[:m]))
+
+
+@pytest.mark.parametrize("layout", [None, "bf16", half_scales.SYMMETRIC])
+def test_a_few_row_calls_later_panels_hint_the_next_block(columns, layout):
+    """A 4-row panel after a call's first finds its block in cache; the first panel's hints (AHEAD bytes on, inside
+    the block) leave memory idle while it computes. In a call of at most FETCHING_ROWS rows those panels take the
+    twin that hints the same group of the next 16-row block - its codes, scales and biases - so the next item
+    streams in meanwhile (column_tiles.LEAD says how much that gains); longer calls keep the plain tile. The twin
+    changes no bit (the panel tests above); only this catches it going unused or hinting the wrong bytes."""
+    from fs_model.cpu.tile_loops import FETCHING_ROWS, panel_set
+
+    t = tiles.Tiled(column_tiles.KIND, weight(64, 512, seed=2, G=64))
+    few, many = panel_set(t.fns, t.NRs, 8)[0], panel_set(t.fns, t.NRs, FETCHING_ROWS + 1)[0]
+    assert few[-1] == t.fns[9] != t.fns[0] and many[-1] == t.fns[8] == t.fns[0] and few[0] == t.fns[0]
+    ir = column_tiles.microkernel(4, 64, layout, 16, 4, lead=True)
+    block = "%blk = mul i64 %groups, 512"  # 16 rows x 64 inputs x 4 bits: one group's codes
+    assert block in ir and ir.count("@llvm.prefetch") == 8 + (1 if layout == half_scales.SYMMETRIC else 2)
+    size = 4 if layout is None else 2  # the scales' and biases' [k/G, 16] per block: 16 values a group
+    assert f"%sb.o = mul i64 %groups, {16 * size}" in ir and f"%sg.o = mul i64 %g, {16 * size}" in ir

@@ -68,11 +68,12 @@ if HAVE_NUMBA:
 
 
 def panel_set(fns: tuple[int, ...], NRs: tuple[int, ...], m: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """(tiles, NRs) that ``panels`` walks for a call of ``m`` rows, from ``kernels``' nine addresses and TILES' four
+    """(tiles, NRs) that ``panels`` walks for a call of ``m`` rows, from ``kernels``' ten addresses and TILES' four
     NRs: the 4-, 2- and 1-row panels, where a call of one row takes its own tile as its 1-row panel (TILES says
     why), and last the tile of the 4-row panels after the first: the quiet twin in a call of more than
-    FETCHING_ROWS rows, else the first panel's own. Chosen here, per call, so the compiled ``panels`` loop is the
-    one every call ran before. Every tile gives each element the same bits."""
+    FETCHING_ROWS rows, else the one hinting the next block (column_tiles.LEAD) or the first panel's own. Chosen
+    here, per call, so the compiled ``panels`` loop is the one every call ran before. Every tile gives each element
+    the same bits."""
     if m == 1:
-        return fns[:4] + fns[6:], NRs[:2] + NRs[3:]
-    return fns[:6] + (fns[8:] if m > FETCHING_ROWS else fns[:1]), NRs[:3]
+        return fns[:4] + fns[6:9], NRs[:2] + NRs[3:]
+    return fns[:6] + (fns[8:9] if m > FETCHING_ROWS else fns[9:10]), NRs[:3]

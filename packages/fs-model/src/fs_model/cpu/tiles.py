@@ -125,7 +125,9 @@ QUIET = ("bf16d", "bf16di")
 
 def kernels(kind: str, G: int = 0, layout: str | None = None) -> tuple[int, ...] | None:
     """Per panel (4, 2, 1 input rows, a one-row call): the code addresses of its NR×MR tile and of its 1×MR edge;
-    then the 4-row panel's tile for the panels after a call's first (its ``QUIET`` twin, else itself); compiled once.
+    then the 4-row panel's tile for the panels after the first of a call of more than tile_loops.FETCHING_ROWS rows
+    (its ``QUIET`` twin, else itself), and of a shorter call (column kinds: the twin hinting the next block,
+    column_tiles.LEAD; else itself); compiled once.
     ``layout``: the tiles read super-block records of that layout (a ``RECORD_KINDS`` kind), or 16-bit scales and
     biases, ``"bf16"`` or ``"f16"`` (an affine kind other than the packed 5-/6-bit ones: half_scales.py)."""
     key = (kind, G, layout)
@@ -176,6 +178,11 @@ def kernels(kind: str, G: int = 0, layout: str | None = None) -> tuple[int, ...]
             features = WIDE_FEATURES if W == 16 else features
         features = (*features, *half_scales.FEATURES.get(layout or "", ()))
         names.append(f"{names[0]}q" if kind in QUIET else names[0])
+        if columns and column_tiles.LEAD:  # the 4-row tile hinting the next block
+            ir += column_tiles.microkernel(TILES[prefix][0][1], G, layout, W, column_tiles.KINDS[prefix], lead=True)
+            names.append(column_tiles.name(TILES[prefix][0][1], G, layout, column_tiles.KINDS[prefix], lead=True))
+        else:
+            names.append(names[0])
         fns = compile_ir(ir, features, dict.fromkeys(names, _SIG))
         # raw addresses: numba calls them through _call (a ctypes object as an argument costs a cast per call)
         _compiled[key] = None if fns is None else tuple(ctypes.cast(fns[n], ctypes.c_void_p).value or 0 for n in names)
